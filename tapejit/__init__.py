@@ -1,0 +1,47 @@
+"""tapejit: a JIT-compiled tape autograd with PyTorch's API, on Numba and NumPy.
+
+``import tapejit as tj`` gives tensors that record every op as a typed record on a flat
+tape; ``backward()`` runs one compiled sweep over it.  See README.md for a tour.
+"""
+from tapejit import dtypes as _dtypes
+from tapejit.dtypes import (float32, float64, int64, bool_ as bool, double, float, long,  # noqa: A004
+                            get_default_dtype, set_default_dtype)
+from tapejit.dtypes import dtype  # noqa: F401
+from tapejit.tensor import Tensor, Size
+from tapejit import ops as _ops  # noqa: F401  (registers every op and front end)
+from tapejit.api import install as _install
+from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like,
+                              ones_like, empty_like, full_like, arange, linspace, eye, manual_seed,
+                              rand, randn, randint, randperm, rand_like, randn_like)
+from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
+                               inference_mode, is_inference_mode_enabled)
+from tapejit import autograd, nn  # noqa: F401
+from tapejit.tape import Tape  # noqa: F401
+
+_install(globals(), Tensor)
+FloatTensor = DoubleTensor = LongTensor = BoolTensor = Tensor
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    return input.numel()
+
+
+def set_num_threads(n):
+    """Accepted for PyTorch compatibility; tapejit's sweeps are single-threaded."""
+
+
+def get_num_threads():
+    return 1
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
+
+
+del _dtypes

@@ -1,0 +1,27 @@
+"""The one place that owns Numba options.
+
+Every compiled function in tapejit goes through these decorators so that caching,
+the error model and bounds checking are decided once.  ``NUMBA_BOUNDSCHECK=1`` in the
+environment turns on bounds checks everywhere (Numba reads it itself; a CI lane uses it
+to catch slot-index bugs that would otherwise corrupt memory).
+"""
+from numba import njit
+
+# error_model="numpy": a division by zero gives inf/nan as NumPy and PyTorch do,
+# instead of raising inside a sweep where the traceback would be useless.
+_COMMON = dict(error_model="numpy", nogil=True)
+
+
+def rule(fn):
+    """A scalar forward value or derivative rule, compiled into the sweeps."""
+    return njit(inline="always", **_COMMON)(fn)
+
+
+def kernel(fn):
+    """A whole-record kernel (matmul, reductions, data movement)."""
+    return njit(**_COMMON)(fn)
+
+
+def sweep(fn):
+    """An entry point called from Python: cached on disk so a second process does not compile."""
+    return njit(cache=True, **_COMMON)(fn)

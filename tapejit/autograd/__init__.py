@@ -1,0 +1,4 @@
+"""``tapejit.autograd``: functional gradients, anomaly detection, gradcheck."""
+from tapejit.engine import backward, grad  # noqa: F401
+from tapejit.autograd.anomaly import detect_anomaly, set_detect_anomaly  # noqa: F401
+from tapejit.autograd.gradcheck import gradcheck  # noqa: F401

@@ -1,0 +1,103 @@
+"""tapejit dtypes: float32, float64, int64 and bool, with torch's promotion rules."""
+import builtins
+
+import numpy as np
+
+
+class dtype:
+    """A tensor element type; ``is_floating_point`` types can require gradients."""
+
+    __slots__ = ("name", "np", "is_floating_point", "arena", "itemsize")
+
+    def __init__(self, name, np_dtype, is_floating_point, arena):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.is_floating_point = is_floating_point
+        # Index of the value arena a float tensor of this dtype lives in (-1: never taped).
+        self.arena = arena
+        self.itemsize = self.np.itemsize
+
+    def __repr__(self):
+        return f"tapejit.{self.name}"
+
+    def __reduce__(self):
+        return self.name
+
+
+float64 = dtype("float64", np.float64, True, 0)
+float32 = dtype("float32", np.float32, True, 1)
+int64 = dtype("int64", np.int64, False, -1)
+bool_ = dtype("bool", np.bool_, False, -1)
+double = float64
+float = float32  # noqa: A001 - torch spells it tapejit.float
+long = int64
+
+FLOAT_DTYPES = (float64, float32)
+_BY_NUMPY = {
+    np.dtype(np.float64): float64,
+    np.dtype(np.float32): float32,
+    np.dtype(np.int64): int64,
+    np.dtype(np.bool_): bool_,
+}
+
+_default_float = [float32]
+
+
+def get_default_dtype():
+    return _default_float[0]
+
+
+def set_default_dtype(d):
+    d = as_dtype(d)
+    if not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    _default_float[0] = d
+
+
+def as_dtype(d):
+    """Accept a tapejit dtype, a NumPy dtype or a Python type and return a tapejit dtype."""
+    if isinstance(d, dtype):
+        return d
+    if d is None:
+        return None
+    if d is builtins.float:
+        return get_default_dtype()
+    if d is builtins.int:
+        return int64
+    if d is builtins.bool:
+        return bool_
+    npd = np.dtype(d)
+    if npd.kind == "f":
+        return float32 if npd.itemsize <= 4 else float64
+    if npd.kind in "iu":
+        return int64
+    if npd.kind == "b":
+        return bool_
+    raise TypeError(f"tapejit has no dtype for {d!r}")
+
+
+def from_numpy_dtype(npd):
+    found = _BY_NUMPY.get(npd)
+    if found is not None:
+        return found
+    return as_dtype(npd)
+
+
+def promote(a, b):
+    """torch.promote_types for two tensor dtypes."""
+    if a is b:
+        return a
+    if a.is_floating_point or b.is_floating_point:
+        if a.is_floating_point and b.is_floating_point:
+            return float64 if (a is float64 or b is float64) else float32
+        return a if a.is_floating_point else b
+    if a is int64 or b is int64:
+        return int64
+    return bool_
+
+
+def result_with_scalar(t_dtype, scalar):
+    """Dtype of ``tensor op python_scalar``: the tensor's category wins unless the scalar is float."""
+    if isinstance(scalar, builtins.float) and not t_dtype.is_floating_point:
+        return get_default_dtype()
+    return t_dtype

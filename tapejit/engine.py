@@ -1,0 +1,297 @@
+"""The backward engine: seeds adjoints, runs the compiled sweep in as few segments as
+possible, and hands gradients to leaves, hooks and ``autograd.grad`` callers.
+
+The compiled sweep covers every record; Python runs only between segments: at a cast
+between dtype arenas, at a tensor with hooks or ``retain_grad``, at a non-leaf input of
+``autograd.grad``.  A graph can span tapes (a tensor from a finished tape used on the
+next one): such a tensor was loaded like a leaf, and its gradient seeds its own tape,
+which is swept next (newest tape first, so every seed is complete before its sweep).
+"""
+import threading
+
+import numpy as np
+
+from tapejit import registry
+from tapejit.tape import segments, sweeps, retire_current, state
+from tapejit.tensor import Tensor, _concrete
+
+_grad_lock = threading.Lock()
+
+FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you "
+    "call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward "
+    "through the graph a second time or if you need to access saved tensors after calling backward.")
+
+
+def _as_seed(root, grad):
+    if grad is None:
+        if root._numel != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return np.ones(1, root._dtype.np)
+    g = grad._value() if isinstance(grad, Tensor) else np.asarray(grad)
+    if g.shape != root._shape:
+        raise RuntimeError(
+            f"Mismatch in shape: grad_output[0] has a shape of {list(g.shape)} and output[0] has "
+            f"a shape of {list(root._shape)}.")
+    return np.ascontiguousarray(g, dtype=root._dtype.np).reshape(-1)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
+    if create_graph:
+        raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
+    tensors = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+    if grad_tensors is None:
+        grad_tensors = [None] * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    seeds = []
+    for t, g in zip(tensors, grad_tensors):
+        if not t._rg:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        seeds.append((t, _as_seed(t, g)))
+    only = None
+    if inputs is not None:
+        only = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    _run(seeds, bool(retain_graph), targets=only, accumulate=True)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False, materialize_grads=False):
+    """``autograd.grad``: return d(outputs)/d(inputs) without touching ``.grad``."""
+    if create_graph:
+        raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    for t in inputs:
+        if not t._rg:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    seeds = []
+    for t, g in zip(outputs, grad_outputs):
+        if not t._rg:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        seeds.append((t, _as_seed(t, g)))
+    found = _run(seeds, bool(retain_graph), targets=inputs, accumulate=False)
+    result = []
+    for t, g in zip(inputs, found):
+        if g is None:
+            if materialize_grads:
+                g = np.zeros(t._shape, t._dtype.np)
+            elif not allow_unused:
+                raise RuntimeError(
+                    "One of the differentiated Tensors appears to not have been used in the graph. "
+                    "Set allow_unused=True if this is the desired behavior.")
+        result.append(None if g is None else _concrete(g))
+    return tuple(result)
+
+
+class _Work:
+    """Seeds waiting for one tape's sweep."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.seeds = []
+
+
+def _run(seeds, retain, targets, accumulate):
+    target_ids = {id(t): i for i, t in enumerate(targets)} if targets is not None else None
+    found = [None] * (len(targets) if targets is not None else 0)
+    work = {}
+
+    def seed(tensor, g):
+        if tensor._tape is None:        # a leaf as root: its gradient is the seed itself
+            _deliver_leaf(tensor, g.reshape(tensor._shape), target_ids, found, accumulate)
+            return
+        w = work.get(id(tensor._tape))
+        if w is None:
+            w = work[id(tensor._tape)] = _Work(tensor._tape)
+        w.seeds.append((tensor, g))
+
+    for t, g in seeds:
+        seed(t, g)
+    current = state.tape
+    touched_current = False
+    while work:
+        w = max(work.values(), key=lambda item: item.tape.serial)
+        del work[id(w.tape)]
+        touched_current |= w.tape is current
+        _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed)
+    if not retain and touched_current:
+        retire_current()
+    return found
+
+
+def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
+    from tapejit.ops.core import CAST
+    tape = w.tape
+    tape.flush()
+    tape.ensure_adjoints()
+    for t, g in w.seeds:
+        d = t._dtype.arena
+        off = t._off
+        flags, adj = tape.flags[d], tape.adj[d]
+        if flags[off]:
+            adj[off:off + len(g)] += g
+        else:
+            adj[off:off + len(g)] = g
+            flags[off] = 1
+    stops = _stops(tape, targets)
+    sw = sweeps()
+    anomaly = state.anomaly
+    try:
+        for start, end, kind in reversed(list(segments(tape.rec, 0, tape.nrec, CAST.opcode,
+                                                       stops=list(stops)))):
+            if kind == "cast":
+                _cast_backward(tape, start, retain)
+            elif anomaly:
+                for r in range(end - 1, start - 1, -1):
+                    _check(tape, sw.backward(tape.rec, r, r + 1, tape.vals[kind], tape.adj[kind],
+                                             tape.flags[kind], tape.freed, tape.ints,
+                                             tape.floats[kind], retain))
+                    _check_nan(tape, r, kind)
+            else:
+                _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
+                                         tape.flags[kind], tape.freed, tape.ints,
+                                         tape.floats[kind], retain))
+            for t in stops.get(start, ()):
+                _at_tensor(tape, t, target_ids, found, accumulate)
+    except BaseException:
+        for f in tape.flags:
+            f[:] = 0
+        raise
+    _leaf_gradients(tape, target_ids, found, accumulate, seed)
+
+
+def _check(tape, r):
+    if r < 0:
+        return
+    for f in tape.flags:
+        f[:] = 0
+    if tape.freed[r] == 2:
+        raise RuntimeError(tape.poisoned[r])
+    raise RuntimeError(FREED)
+
+
+def _check_nan(tape, r, d):
+    code, out, a, b, p, q = tape.rec[r].tolist()
+    op = registry.OPS[code >> 1]
+    sizes = _slot_sizes(tape, d)
+    for k, off in enumerate((a, b)):
+        if off >= 0:
+            n = sizes.get(off, 1)
+            if np.isnan(tape.adj[d][off:off + n]).any():
+                raise RuntimeError(f"Function '{op.node}' returned nan values in its {k}th output.")
+
+
+def _slot_sizes(tape, d):
+    rec = tape.rec[:tape.nrec]
+    mine = rec[(rec[:, 0] & 1) == d]
+    outs = np.unique(mine[:, 1])
+    ends = np.append(outs[1:], tape.cursor[d])
+    return dict(zip(outs.tolist(), (ends - outs).tolist()))
+
+
+def _cast_backward(tape, r, retain):
+    code, out, a, _, n, _ = tape.rec[r].tolist()
+    dst = code & 1
+    src = 1 - dst
+    if not tape.flags[dst][out]:
+        return
+    tape.flags[dst][out] = 0
+    if not retain:
+        tape.freed[r] = 1
+    if a < 0:
+        return
+    g = tape.adj[dst][out:out + n]
+    if tape.flags[src][a]:
+        tape.adj[src][a:a + n] += g
+    else:
+        tape.adj[src][a:a + n] = g
+        tape.flags[src][a] = 1
+
+
+def _stops(tape, targets):
+    """Records where Python must see a gradient: {record index just above: [tensors]}."""
+    wanted = []
+    if tape.hooks:
+        wanted += [t for t in tape.hooks.values() if t._tape is tape]
+    if tape.retained:
+        wanted += [t for t in tape.retained.values() if t._tape is tape]
+    if targets is not None:
+        wanted += [t for t in targets if t._tape is tape]
+    stops = {}
+    for t in wanted:
+        r = tape.producer(t._dtype.arena, t._off)
+        if r is not None:
+            stops.setdefault(r + 1, []).append(t)
+    return stops
+
+
+def _at_tensor(tape, t, target_ids, found, accumulate):
+    d = t._dtype.arena
+    off = t._off
+    if not tape.flags[d][off]:
+        return
+    view = tape.adj[d][off:off + t._numel]
+    g = view.reshape(t._shape).copy()
+    hooks = getattr(t, "_hooks", None)
+    if hooks:
+        g = _run_hooks(hooks, g)
+        view[:] = g.reshape(-1)
+    if target_ids is not None and id(t) in target_ids:
+        found[target_ids[id(t)]] = g
+    elif getattr(t, "_retains", False) and accumulate:
+        _accumulate(t, g)
+
+
+def _run_hooks(hooks, g):
+    for hook in list(hooks):
+        out = hook(_concrete(g))
+        if out is not None:
+            g = np.asarray(out._value() if isinstance(out, Tensor) else out, dtype=g.dtype).reshape(g.shape)
+    return g
+
+
+def _leaf_gradients(tape, target_ids, found, accumulate, seed):
+    sources = tape.sources
+    for index, d, off in tape.grad_loads:
+        src = sources[index]
+        flags = tape.flags[d]
+        if not flags[off]:
+            continue
+        flags[off] = 0
+        g = tape.adj[d][off:off + src._numel].copy()
+        if src._tape is None:
+            _deliver_leaf(src, g.reshape(src._shape), target_ids, found, accumulate)
+        else:
+            seed(src, g)
+
+
+def _deliver_leaf(leaf, g, target_ids, found, accumulate):
+    hooks = getattr(leaf, "_hooks", None)
+    if hooks:
+        g = _run_hooks(hooks, g)
+    if target_ids is not None:
+        i = target_ids.get(id(leaf))
+        if i is not None:
+            found[i] = g if found[i] is None else found[i] + g
+        if not accumulate or i is None:
+            return
+    if not accumulate:
+        return
+    _accumulate(leaf, g)
+
+
+def _accumulate(t, g):
+    with _grad_lock:
+        current = getattr(t, "_grad", None)
+        if current is None:
+            t._grad = _concrete(np.array(g, copy=True))
+        elif current._tape is None:
+            current._data += g
+        else:
+            t._grad = _concrete(current._value() + g)

@@ -1,0 +1,110 @@
+"""``grad_fn`` nodes: a read-only window on the tape with PyTorch's names.
+
+A node is (tape, record index); its class is named after the op's PyTorch node
+(``MulBackward0``), and ``next_functions`` follows the record's operands: an operand
+loaded from a leaf that requires grad shows as ``AccumulateGrad``, a constant as
+``(None, 0)``.
+"""
+from tapejit import registry
+
+_classes = {}
+
+
+class Node:
+    __slots__ = ("_tape", "_r")
+
+    def __init__(self, tape, r):
+        self._tape = tape
+        self._r = r
+
+    def name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    def __eq__(self, other):
+        return isinstance(other, Node) and other._tape is self._tape and other._r == self._r
+
+    def __hash__(self):
+        return hash((id(self._tape), self._r))
+
+    @property
+    def metadata(self):
+        return {}
+
+    def _operands(self):
+        tape = self._tape
+        code, out, a, b, p, q = tape.rec[self._r].tolist()
+        op = registry.OPS[code >> 1]
+        arena = code & 1
+        if op.name in ("cat", "stack"):
+            k = int(tape.ints[p])
+            encs = [int(tape.ints[p + 2 + 2 * j]) for j in range(k)]
+            return [(arena, e) for e in encs]
+        if op.kind == "cast":
+            return [(1 - arena, a)]
+        return [(arena, e) for e in (a, b) if e != -1]
+
+    @property
+    def next_functions(self):
+        tape = self._tape
+        result = []
+        for arena, enc in self._operands():
+            if enc < 0:
+                result.append((None, 0))
+                continue
+            result.append((_node_at(tape, arena, enc), 0))
+        return tuple(result)
+
+    def register_hook(self, fn):
+        raise NotImplementedError("tapejit: hooks on grad_fn nodes are not supported; use Tensor.register_hook")
+
+
+class AccumulateGrad:
+    """The node of a leaf that requires grad; ``variable`` is the leaf."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self):
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
+    def __eq__(self, other):
+        return isinstance(other, AccumulateGrad) and other.variable is self.variable
+
+    def __hash__(self):
+        return id(self.variable)
+
+    next_functions = ()
+
+
+def _node_class(node_name):
+    cls = _classes.get(node_name)
+    if cls is None:
+        cls = _classes[node_name] = type(node_name, (Node,), {"__slots__": ()})
+    return cls
+
+
+def _node_at(tape, arena, off):
+    from tapejit.ops.core import LOAD
+    r = tape.producer(arena, off)
+    if r is None:
+        return None
+    op = registry.OPS[tape.rec[r, 0] >> 1]
+    if op is LOAD:
+        src = tape.sources[int(tape.rec[r, 4])]
+        if src._tape is None:
+            return AccumulateGrad(src) if src._rg else None
+        return node_for(src)
+    return _node_class(op.node)(tape, r)
+
+
+def node_for(t):
+    """The grad_fn of taped tensor ``t``."""
+    return _node_at(t._tape, t._dtype.arena, t._off)

@@ -1,0 +1,10 @@
+"""Op definitions, one module per family.  Import order fixes the opcodes."""
+from tapejit.ops import (  # noqa: F401
+    core,
+    unary,
+    binary,
+    movement,
+    reduce,
+    linalg,
+    activation,
+)

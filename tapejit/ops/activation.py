@@ -1,0 +1,104 @@
+"""Softmax and log-softmax along one dim, seen as ``(outer, length, inner)`` = ``ints[p:p+3]``.
+
+Both subtract the maximum first, so large inputs do not overflow.  Backward rules:
+softmax ``dx = y * (g - sum(g * y))``, log-softmax ``dx = g - exp(y) * sum(g)``.
+"""
+import numpy as np
+
+from tapejit._jit import kernel
+from tapejit.ops._kernel_helpers import acc
+from tapejit.registry import define_kernel
+from tapejit.samples import cases, anywhere
+
+
+@kernel
+def softmax_forward(v, out, a, b, p, q, ints, floats):
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    log = q == 1
+    for o in range(outer):
+        for k in range(inner):
+            base = o * length * inner + k
+            m = v[a + base]
+            for j in range(1, length):
+                m = max(m, v[a + base + j * inner])
+            s = m * 0.0
+            for j in range(length):
+                s += np.exp(v[a + base + j * inner] - m)
+            if log:
+                shift = m + np.log(s)
+                for j in range(length):
+                    v[out + base + j * inner] = v[a + base + j * inner] - shift
+            else:
+                for j in range(length):
+                    v[out + base + j * inner] = np.exp(v[a + base + j * inner] - m) / s
+
+
+@kernel
+def softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    log = q == 1
+    for o in range(outer):
+        for k in range(inner):
+            base = o * length * inner + k
+            s = g[out + base] * 0.0
+            if log:
+                for j in range(length):
+                    s += g[out + base + j * inner]
+                for j in range(length):
+                    at = base + j * inner
+                    acc(g, a + at, g[out + at] - np.exp(v[out + at]) * s, ma)
+            else:
+                for j in range(length):
+                    at = base + j * inner
+                    s += g[out + at] * v[out + at]
+                for j in range(length):
+                    at = base + j * inner
+                    acc(g, a + at, v[out + at] * (g[out + at] - s), ma)
+
+
+SOFTMAX = define_kernel("softmax", "SoftmaxBackward0", softmax_forward, softmax_backward,
+                        samples=cases(("softmax", lambda tj, x: tj.softmax(x, dim=1), [(3, 4)], anywhere),
+                                      ("softmax0", lambda tj, x: tj.nn.functional.softmax(x, dim=0), [(4,)], anywhere),
+                                      ("softmax_mid", lambda tj, x: x.softmax(1), [(2, 3, 2)], anywhere)))
+LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forward, softmax_backward,
+                            samples=cases(("log_softmax", lambda tj, x: tj.log_softmax(x, dim=-1),
+                                           [(3, 4)], anywhere),
+                                          ("log_softmax0", lambda tj, x: tj.nn.functional.log_softmax(x, 0),
+                                           [(3, 2)], anywhere)))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+from tapejit.api import export  # noqa: E402
+from tapejit.recording import record, float_input  # noqa: E402
+from tapejit.shapes import wrap_dim, numel  # noqa: E402
+from tapejit.tape import state as _state, current as _current  # noqa: E402
+
+
+def _softmax(op, input, dim, log, dtype):
+    x = float_input(input)
+    if dtype is not None:
+        x = x.to(dtype)
+    shape = x._shape
+    if dim is None:
+        dim = 0 if len(shape) in (0, 1, 3) else 1  # torch's legacy implicit-dim choice
+    d = wrap_dim(dim, len(shape), op.name)
+    layout = (numel(shape[:d]), shape[d] if shape else 1, numel(shape[d + 1:]))
+    tape = _state.tape or _current()
+    p = tape.add_ints(layout)
+    return record(op, (x,), shape, x._dtype, p, 1 if log else 0)
+
+
+@export(method=True)
+def softmax(input, dim=None, dtype=None):
+    return _softmax(SOFTMAX, input, dim, False, dtype)
+
+
+@export(method=True)
+def log_softmax(input, dim=None, dtype=None):
+    return _softmax(LOG_SOFTMAX, input, dim, True, dtype)

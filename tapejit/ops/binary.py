@@ -1,0 +1,385 @@
+"""Elementwise ops of two tensors of one shape (or one of them of size 1).
+
+Broadcasting between other shapes is done before the op by an ``expand`` record, so the
+rules here never see it and the summing-back of gradients lives in one place
+(``expand``'s backward).  Each rule gets ``x``, ``y``, the output ``z`` and the adjoint ``g``.
+Ties follow PyTorch: ``maximum``/``minimum`` split the gradient evenly when ``x == y``.
+"""
+import numpy as np
+
+from tapejit._jit import rule
+from tapejit.registry import define_binary
+from tapejit.samples import binary_samples, anywhere, positive, away_from_zero
+
+
+@rule
+def add_value(x, y):
+    return x + y
+
+
+@rule
+def add_grad_x(x, y, z, g):
+    return g
+
+
+@rule
+def add_grad_y(x, y, z, g):
+    return g
+
+
+ADD = define_binary("add", "AddBackward0", add_value, add_grad_x, add_grad_y, saves=False,
+                    samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y))
+
+
+@rule
+def sub_value(x, y):
+    return x - y
+
+
+@rule
+def sub_grad_y(x, y, z, g):
+    return -g
+
+
+SUB = define_binary("sub", "SubBackward0", sub_value, add_grad_x, sub_grad_y, saves=False,
+                    samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y))
+
+
+@rule
+def mul_value(x, y):
+    return x * y
+
+
+@rule
+def mul_grad_x(x, y, z, g):
+    return g * y
+
+
+@rule
+def mul_grad_y(x, y, z, g):
+    return g * x
+
+
+MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y,
+                    samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
+
+
+@rule
+def div_value(x, y):
+    return x / y
+
+
+@rule
+def div_grad_x(x, y, z, g):
+    return g / y
+
+
+@rule
+def div_grad_y(x, y, z, g):
+    return -g * x / (y * y)
+
+
+DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y,
+                    samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
+
+
+@rule
+def pow_value(x, y):
+    return x ** y
+
+
+@rule
+def pow_grad_x(x, y, z, g):
+    if y == 0.0:
+        return g * 0.0
+    return g * y * x ** (y - 1.0)
+
+
+@rule
+def pow_grad_y(x, y, z, g):
+    if x == 0.0 and y >= 0.0:
+        return g * 0.0
+    return g * z * np.log(x)
+
+
+POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y,
+                    samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y))
+
+
+@rule
+def maximum_value(x, y):
+    if np.isnan(x) or np.isnan(y):
+        return x + y
+    return x if x >= y else y
+
+
+@rule
+def maximum_grad_x(x, y, z, g):
+    if x > y:
+        return g
+    if x == y:
+        return g * 0.5
+    return g * 0.0
+
+
+@rule
+def maximum_grad_y(x, y, z, g):
+    return maximum_grad_x(y, x, z, g)
+
+
+MAXIMUM = define_binary("maximum", "MaximumBackward0", maximum_value, maximum_grad_x, maximum_grad_y,
+                        samples=binary_samples("maximum", away_from_zero))
+
+
+@rule
+def minimum_value(x, y):
+    if np.isnan(x) or np.isnan(y):
+        return x + y
+    return x if x <= y else y
+
+
+@rule
+def minimum_grad_x(x, y, z, g):
+    return maximum_grad_x(y, x, z, g)
+
+
+@rule
+def minimum_grad_y(x, y, z, g):
+    return maximum_grad_x(x, y, z, g)
+
+
+MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_grad_x, minimum_grad_y,
+                        samples=binary_samples("minimum", away_from_zero))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+import numbers as _numbers  # noqa: E402
+
+from tapejit import dtypes as _dtypes  # noqa: E402
+from tapejit.api import export  # noqa: E402
+from tapejit.ops import unary as _u  # noqa: E402
+from tapejit.recording import record_binary, record_unary, as_tensor_operand  # noqa: E402
+from tapejit.registry import same_kernels as _same  # noqa: E402
+from tapejit.tensor import Tensor, _concrete  # noqa: E402
+
+SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR)
+
+_Scalar = (_numbers.Real,)
+
+
+def _is_scalar(x):
+    return isinstance(x, _Scalar) and not isinstance(x, Tensor)
+
+
+def _int_result(t, c):
+    """Integer tensor with an integer Python scalar stays integer (computed by NumPy)."""
+    return not t._dtype.is_floating_point and isinstance(c, _numbers.Integral)
+
+
+def _scalar_op(op, t, c, numpy_fn):
+    if _int_result(t, c):
+        return _concrete(np.asarray(numpy_fn(t._value(), c)))
+    return record_unary(op, t, float(c))
+
+
+@export(method=True, dunders=("__add__", "__radd__"))
+def add(input, other, alpha=1):
+    if type(other) is Tensor:
+        if alpha != 1:
+            other = mul(other, alpha)
+        return record_binary(ADD, input, other, np.add)
+    if _is_scalar(other):
+        return _scalar_op(_u.ADD_SCALAR, input, other * alpha, np.add)
+    return add(input, as_tensor_operand(other, input), alpha)
+
+
+@export(method=True, dunders=("__sub__",))
+def sub(input, other, alpha=1):
+    if type(other) is Tensor:
+        if alpha != 1:
+            other = mul(other, alpha)
+        return record_binary(SUB, input, other, np.subtract)
+    if _is_scalar(other):
+        if _int_result(input, other):
+            return _concrete(np.asarray(input._value() - other * alpha))
+        return record_unary(SUB_SCALAR, input, -float(other) * alpha)
+    return sub(input, as_tensor_operand(other, input), alpha)
+
+
+export(sub, name="subtract", method=True)
+
+
+@export(function=False, dunders=("__rsub__",))
+def rsub(input, other, alpha=1):
+    if _is_scalar(other):
+        if _int_result(input, other):
+            return _concrete(np.asarray(other - input._value()))
+        if alpha != 1:
+            input = mul(input, alpha)
+        return record_unary(_u.RSUB_SCALAR, input, float(other))
+    return sub(as_tensor_operand(other, input), input, alpha)
+
+
+@export(method=True, dunders=("__mul__", "__rmul__"))
+def mul(input, other):
+    if type(other) is Tensor:
+        return record_binary(MUL, input, other, np.multiply)
+    if _is_scalar(other):
+        return _scalar_op(_u.MUL_SCALAR, input, other, np.multiply)
+    return mul(input, as_tensor_operand(other, input))
+
+
+export(mul, name="multiply", method=True)
+
+
+def _true_div_np(x, y):
+    return np.true_divide(x, y).astype(_dtypes.get_default_dtype().np)
+
+
+@export(method=True, dunders=("__truediv__",))
+def div(input, other, rounding_mode=None):
+    if rounding_mode is not None:
+        if input._rg or (isinstance(other, Tensor) and other._rg):
+            raise RuntimeError(f"div: rounding_mode={rounding_mode!r} is not differentiable in tapejit")
+        y = other._value() if isinstance(other, Tensor) else other
+        fn = np.floor_divide if rounding_mode == "floor" else (lambda a, b: np.trunc(a / b))
+        res = np.asarray(fn(input._value(), y))
+        return _concrete(res.astype(input._dtype.np if input._dtype.is_floating_point else np.int64))
+    if type(other) is Tensor:
+        if not input._dtype.is_floating_point and not other._dtype.is_floating_point:
+            return _concrete(_true_div_np(input._value(), other._value()))
+        return record_binary(DIV, input, other)
+    if _is_scalar(other):
+        return record_unary(_u.DIV_SCALAR, input, float(other))
+    return div(input, as_tensor_operand(other, input))
+
+
+export(div, name="divide", method=True)
+export(div, name="true_divide", method=True)
+
+
+@export(function=False, dunders=("__rtruediv__",))
+def rdiv(input, other):
+    if _is_scalar(other):
+        return record_unary(_u.RDIV_SCALAR, input, float(other))
+    return div(as_tensor_operand(other, input), input)
+
+
+@export(function=False, dunders=("__floordiv__",))
+def floordiv(input, other):
+    return div(input, other, rounding_mode="floor")
+
+
+@export(function=False, dunders=("__mod__",))
+def remainder(input, other):
+    y = other._value() if isinstance(other, Tensor) else other
+    return _concrete(np.asarray(np.mod(input._value(), y)))
+
+
+@export(method=True, dunders=("__pow__",))
+def pow(input, exponent):
+    if not isinstance(input, Tensor):
+        return rpow(exponent, input)
+    if type(exponent) is Tensor:
+        return record_binary(POW, input, exponent, np.power)
+    if _is_scalar(exponent):
+        if _int_result(input, exponent):
+            return _concrete(np.asarray(input._value() ** exponent))
+        return record_unary(_u.POW_SCALAR, input, float(exponent))
+    return pow(input, as_tensor_operand(exponent, input))
+
+
+@export(function=False, dunders=("__rpow__",))
+def rpow(input, other):
+    if _is_scalar(other):
+        return record_unary(_u.RPOW_SCALAR, input, float(other))
+    return pow(as_tensor_operand(other, input), input)
+
+
+@export(method=True)
+def maximum(input, other):
+    return record_binary(MAXIMUM, input, as_tensor_operand(other, input), np.maximum)
+
+
+@export(method=True)
+def minimum(input, other):
+    return record_binary(MINIMUM, input, as_tensor_operand(other, input), np.minimum)
+
+
+# ---- comparisons and logic: values only, never gradients ---------------------------------
+
+def _compare(name, fn):
+    def compare(input, other):
+        y = other._value() if isinstance(other, Tensor) else other
+        return _concrete(np.asarray(fn(input._value(), y)))
+    compare.__name__ = compare.__qualname__ = name
+    return compare
+
+
+for _name, _fn, _dunder in [("eq", np.equal, "__eq__"), ("ne", np.not_equal, "__ne__"),
+                            ("lt", np.less, "__lt__"), ("le", np.less_equal, "__le__"),
+                            ("gt", np.greater, "__gt__"), ("ge", np.greater_equal, "__ge__")]:
+    export(_compare(_name, _fn), method=True, dunders=(_dunder,))
+export(_compare("greater", np.greater), method=True)
+export(_compare("less", np.less), method=True)
+export(_compare("logical_and", np.logical_and), method=True)
+export(_compare("logical_or", np.logical_or), method=True)
+export(_compare("logical_xor", np.logical_xor), method=True)
+export(_compare("bitwise_and", np.bitwise_and), function=False, dunders=("__and__", "__rand__"))
+export(_compare("bitwise_or", np.bitwise_or), function=False, dunders=("__or__", "__ror__"))
+export(_compare("bitwise_xor", np.bitwise_xor), function=False, dunders=("__xor__", "__rxor__"))
+
+
+@export(method=True)
+def logical_not(input):
+    return _concrete(np.logical_not(input._value()))
+
+
+@export(function=False, dunders=("__invert__",))
+def invert(input):
+    v = input._value()
+    return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
+
+
+@export(method=True)
+def isnan(input):
+    return _concrete(np.isnan(input._value()))
+
+
+@export(method=True)
+def isfinite(input):
+    return _concrete(np.isfinite(input._value()))
+
+
+@export(method=True)
+def isinf(input):
+    return _concrete(np.isinf(input._value()))
+
+
+@export(method=True)
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.allclose(input._value(), np.asarray(other._value() if isinstance(other, Tensor) else other),
+                            rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+@export(method=True)
+def equal(input, other):
+    return input._shape == other._shape and bool(np.array_equal(input._value(), other._value()))
+
+
+# ---- in-place arithmetic ----------------------------------------------------------------
+
+def _inplace(name, fn):
+    def inplace(input, other, *args, **kwargs):
+        from tapejit.inplace import apply_inplace, check_leaf
+        check_leaf(input, name)
+        return apply_inplace(input, fn(input, other, *args, **kwargs), name)
+    inplace.__name__ = inplace.__qualname__ = name
+    return inplace
+
+
+export(_inplace("add_", add), method=True, function=False, dunders=("__iadd__",))
+export(_inplace("sub_", sub), method=True, function=False, dunders=("__isub__",))
+export(_inplace("mul_", mul), method=True, function=False, dunders=("__imul__",))
+export(_inplace("div_", div), method=True, function=False, dunders=("__itruediv__",))
+export(_inplace("pow_", pow), method=True, function=False, dunders=("__ipow__",))

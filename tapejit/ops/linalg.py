@@ -1,0 +1,190 @@
+"""Batched matrix product, the one primitive behind ``matmul``/``mm``/``bmm``/``dot``/``outer``.
+
+The front end broadcasts batch dims and turns vectors into matrices before recording,
+so the kernel sees contiguous ``(B, m, k) @ (B, k, n)`` with ``[B, m, k, n]`` at
+``ints[p]``.  It calls BLAS through Numba's ``np.dot`` (SciPy provides the bindings).
+"""
+import numpy as np
+
+from tapejit._jit import kernel
+from tapejit.registry import define_kernel, same_kernels
+from tapejit.samples import cases, anywhere
+
+
+@kernel
+def bmm_forward(v, out, a, b, p, q, ints, floats):
+    batch = ints[p]
+    m = ints[p + 1]
+    k = ints[p + 2]
+    n = ints[p + 3]
+    for i in range(batch):
+        A = v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
+        B = v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
+        C = v[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))
+        np.dot(A, B, C)
+
+
+@kernel
+def bmm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    batch = ints[p]
+    m = ints[p + 1]
+    k = ints[p + 2]
+    n = ints[p + 3]
+    for i in range(batch):
+        G = g[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))
+        if ma != 0:
+            B = v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
+            GA = g[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
+            if ma == 1:
+                np.dot(G, B.T, GA)
+            else:
+                GA += np.dot(G, B.T)
+        if mb != 0:
+            A = v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
+            GB = g[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
+            if mb == 1:
+                np.dot(A.T, G, GB)
+            else:
+                GB += np.dot(A.T, G)
+
+
+MM = define_kernel("mm", "MmBackward0", bmm_forward, bmm_backward,
+                   samples=cases(("mm", lambda tj, x, y: x @ y, [(3, 4), (4, 2)], anywhere),
+                                 ("mm_self", lambda tj, x: x @ x.t(), [(3, 4)], anywhere),
+                                 ("mv", lambda tj, x, y: tj.matmul(x, y), [(3, 4), (4,)], anywhere),
+                                 ("vm", lambda tj, x, y: tj.matmul(x, y), [(4,), (4, 2)], anywhere),
+                                 ("dot", lambda tj, x, y: tj.dot(x, y), [(4,), (4,)], anywhere),
+                                 ("outer", lambda tj, x, y: tj.outer(x, y), [(3,), (2,)], anywhere),
+                                 ("mm_fn", lambda tj, x, y: tj.mm(x, y), [(2, 3), (3, 3)], anywhere)))
+BMM = same_kernels("bmm", "BmmBackward0", MM,
+                   samples=cases(("bmm", lambda tj, x, y: tj.bmm(x, y), [(2, 3, 4), (2, 4, 2)], anywhere),
+                                 ("matmul_bcast", lambda tj, x, y: x @ y, [(2, 1, 3, 4), (3, 4, 2)], anywhere),
+                                 ("matmul_3d2d", lambda tj, x, y: x @ y, [(2, 3, 4), (4, 5)], anywhere),
+                                 ("matmul_2d3d", lambda tj, x, y: x @ y, [(3, 4), (2, 4, 5)], anywhere)))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+from tapejit.api import export  # noqa: E402
+from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
+from tapejit.recording import expand as _expand  # noqa: E402
+from tapejit.shapes import numel as _numel  # noqa: E402
+from tapejit.tape import state as _state, current as _current  # noqa: E402
+from tapejit.tensor import Tensor, _concrete  # noqa: E402
+
+MV = same_kernels("mv", "MvBackward0", MM)
+DOT = same_kernels("dot", "DotBackward0", MM)
+
+
+def _shape_error(op, a, b):
+    raise RuntimeError(
+        f"{op}: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a))} and {'x'.join(map(str, b))})")
+
+
+def _bmm(op, x, y, batch, m, k, n, out_shape):
+    tape = _state.tape or _current()
+    p = tape.add_ints((batch, m, k, n))
+    return record(op, (x, y), out_shape, x._dtype, p, 0)
+
+
+def _prepare(x, y):
+    if not isinstance(y, Tensor):
+        y = _concrete(np.asarray(y, dtype=x._dtype.np))
+    dt = result_dtype(x, y)
+    if not dt.is_floating_point:
+        return x, y, dt
+    if x._dtype is not dt:
+        x = _cast(float_input(x), dt)
+    if y._dtype is not dt:
+        y = _cast(float_input(y), dt)
+    return x, y, dt
+
+
+@export(method=True, dunders=("__matmul__",))
+def matmul(input, other):
+    x, y, dt = _prepare(input, other)
+    xs, ys = x._shape, y._shape
+    if not xs or not ys:
+        raise RuntimeError(f"matmul: both arguments to matmul need to be at least 1D, but they are "
+                           f"{len(xs)}D and {len(ys)}D")
+    if not dt.is_floating_point:
+        return _concrete(np.asarray(np.matmul(x._value(), y._value())))
+    if len(xs) == 1 and len(ys) == 1:
+        if xs[0] != ys[0]:
+            raise RuntimeError(
+                f"dot: inconsistent tensor size, expected tensor [{xs[0]}] and src [{ys[0]}] to have the "
+                f"same number of elements, but got {xs[0]} and {ys[0]} elements respectively")
+        return _bmm(DOT, x, y, 1, 1, xs[0], 1, ())
+    if len(ys) == 1:
+        if xs[-1] != ys[0]:
+            _shape_error("matmul", xs, ys)
+        m = _numel(xs[:-1])
+        return _bmm(MV, x, y, 1, m, ys[0], 1, xs[:-1])
+    if len(xs) == 1:
+        if xs[0] != ys[-2]:
+            _shape_error("matmul", xs, ys)
+        if len(ys) == 2:
+            return _bmm(MM, x, y, 1, 1, xs[0], ys[1], (ys[1],))
+        x = x.reshape(1, xs[0])
+        out = matmul(x, y)
+        return out.squeeze(-2)
+    m, k = xs[-2], xs[-1]
+    k2, n = ys[-2], ys[-1]
+    if k != k2:
+        _shape_error("matmul" if len(xs) > 2 or len(ys) > 2 else "mm", xs, ys)
+    if len(ys) == 2:
+        # (..., m, k) @ (k, n): fold the batch into the rows, one BLAS call.
+        return _bmm(MM, x, y, 1, _numel(xs[:-1]), k, n, xs[:-1] + (n,))
+    batch = broadcast_shapes("matmul", xs[:-2], ys[:-2])
+    if xs[:-2] != batch:
+        x = _expand(x, batch + (m, k))
+    if ys[:-2] != batch:
+        y = _expand(y, batch + (k, n))
+    return _bmm(BMM, x, y, _numel(batch), m, k, n, batch + (m, n))
+
+
+@export(function=False, dunders=("__rmatmul__",))
+def rmatmul(input, other):
+    return matmul(_concrete(np.asarray(other, dtype=input._dtype.np)) if not isinstance(other, Tensor) else other,
+                  input)
+
+
+@export(method=True)
+def mm(input, mat2):
+    if len(input._shape) != 2 or len(mat2._shape) != 2:
+        raise RuntimeError(f"mm: expected 2D tensors, got {len(input._shape)}D and {len(mat2._shape)}D")
+    return matmul(input, mat2)
+
+
+@export(method=True)
+def bmm(input, mat2):
+    if len(input._shape) != 3 or len(mat2._shape) != 3:
+        raise RuntimeError(f"bmm: expected 3D tensors, got {len(input._shape)}D and {len(mat2._shape)}D")
+    if input._shape[0] != mat2._shape[0]:
+        raise RuntimeError(f"bmm: batch sizes differ: {list(input._shape)} and {list(mat2._shape)}")
+    return matmul(input, mat2)
+
+
+@export(method=True)
+def mv(input, vec):
+    return matmul(input, vec)
+
+
+@export(method=True)
+def dot(input, other):
+    if len(input._shape) != 1 or len(other._shape) != 1:
+        raise RuntimeError(f"1D tensors expected, but got {len(input._shape)}D and {len(other._shape)}D tensors")
+    return matmul(input, other)
+
+
+export(dot, name="inner", method=True)
+
+
+@export(method=True)
+def outer(input, vec2):
+    x, y, dt = _prepare(input, vec2)
+    if len(x._shape) != 1 or len(y._shape) != 1:
+        raise RuntimeError("outer: expected 1D tensors")
+    return _bmm(MM, x, y, 1, x._shape[0], 1, y._shape[0], (x._shape[0], y._shape[0]))
+
+
+export(outer, name="ger", method=True)

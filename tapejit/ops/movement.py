@@ -1,0 +1,761 @@
+"""Ops that move elements without arithmetic: copies of ranges, strided views, expand,
+gathers by index, concatenation, and where.
+
+PyTorch's views become materialised copies here: each result owns its slot, so the
+sweep's per-slot adjoints stay simple, and every gradient is the transpose of the copy
+(a scatter-add, which sums duplicates and broadcast dimensions).
+
+Static layouts live in the tape's ``ints`` column at index ``p``:
+``copy_range``: [start, source size]             (n elements = q)
+``strided``:    [ndim, start, source size, sizes..., strides...]
+``gather``:     [n, source size, flat indices...]
+``cat``:        [k, outer, (operand, inner) * k]
+``where``:      [n, condition 0/1 * n]
+"""
+import numpy as np
+
+from tapejit._jit import kernel
+from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first
+from tapejit.registry import define_kernel, same_kernels
+from tapejit.samples import cases, anywhere
+
+
+# ---- copy_range: a contiguous run of the source (select on dim 0, slices, reshapes) -------
+
+@kernel
+def copy_range_forward(v, out, a, b, p, q, ints, floats):
+    start = a + ints[p]
+    for i in range(q):
+        v[out + i] = v[start + i]
+
+
+@kernel
+def copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    start = ints[p]
+    size = ints[p + 1]
+    if ma == 1 and start == 0 and q == size:
+        for i in range(q):
+            g[a + i] = g[out + i]
+        return
+    zero_if_first(g, a, size, ma)
+    for i in range(q):
+        g[a + start + i] += g[out + i]
+
+
+def _t(tj, x):
+    return x
+
+
+RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
+                        samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
+                                      ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere),
+                                      ("unsqueeze", lambda tj, x: x.unsqueeze(1), [(3, 4)], anywhere),
+                                      ("squeeze", lambda tj, x: x.squeeze(), [(3, 1, 4)], anywhere)))
+SELECT = same_kernels("select", "SelectBackward0", RESHAPE,
+                      samples=cases(("select0", lambda tj, x: x[1], [(3, 4)], anywhere),
+                                    ("select-1", lambda tj, x: x[-1], [(5,)], anywhere)))
+SLICE = same_kernels("slice", "SliceBackward0", RESHAPE,
+                     samples=cases(("slice", lambda tj, x: x[1:], [(6,)], anywhere),
+                                   ("slice_rows", lambda tj, x: x[:-1], [(3, 4)], anywhere)))
+UNBIND = same_kernels("unbind", "UnbindBackward0", RESHAPE,
+                      samples=cases(("iter", lambda tj, x: list(x)[1] * list(x)[2], [(3,)], anywhere),
+                                    ("unbind", lambda tj, x: tj.unbind(x, 0)[0], [(2, 3)], anywhere)))
+
+
+# ---- strided: any view expressible by sizes and strides of the source ---------------------
+
+@kernel
+def strided_forward(v, out, a, b, p, q, ints, floats):
+    nd = ints[p]
+    base = a + ints[p + 1]
+    sizes = ints[p + 3:p + 3 + nd]
+    strides = ints[p + 3 + nd:p + 3 + 2 * nd]
+    inner = sizes[nd - 1]
+    step = strides[nd - 1]
+    outer = q // inner if inner > 0 else 0
+    idx = np.zeros(nd, np.int64)
+    pos = base
+    o = out
+    for _ in range(outer):
+        for j in range(inner):
+            v[o + j] = v[pos + j * step]
+        o += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += strides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= strides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
+
+
+@kernel
+def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    nd = ints[p]
+    base = a + ints[p + 1]
+    zero_if_first(g, a, ints[p + 2], ma)
+    sizes = ints[p + 3:p + 3 + nd]
+    strides = ints[p + 3 + nd:p + 3 + 2 * nd]
+    inner = sizes[nd - 1]
+    step = strides[nd - 1]
+    outer = q // inner if inner > 0 else 0
+    idx = np.zeros(nd, np.int64)
+    pos = base
+    o = out
+    for _ in range(outer):
+        for j in range(inner):
+            g[pos + j * step] += g[o + j]
+        o += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += strides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= strides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
+
+
+PERMUTE = define_kernel("permute", "PermuteBackward0", strided_forward, strided_backward, saves=False,
+                        samples=cases(("permute", lambda tj, x: x.permute(2, 0, 1), [(2, 3, 4)], anywhere)))
+TRANSPOSE = same_kernels("transpose", "TransposeBackward0", PERMUTE,
+                         samples=cases(("t", lambda tj, x: x.t(), [(3, 4)], anywhere),
+                                       ("transpose", lambda tj, x: x.transpose(0, 2), [(2, 3, 4)], anywhere),
+                                       ("T", lambda tj, x: x.T, [(3, 4)], anywhere)))
+EXPAND = same_kernels("expand", "ExpandBackward0", PERMUTE,
+                      samples=cases(("expand", lambda tj, x: x.expand(3, 4), [(1, 4)], anywhere),
+                                    ("expand_new", lambda tj, x: x.expand(2, 3, 4), [(3, 1)], anywhere),
+                                    ("broadcast_to", lambda tj, x: tj.broadcast_to(x, (2, 4)), [()], anywhere)))
+STRIDED_SLICE = same_kernels("strided_slice", "SliceBackward0", PERMUTE,
+                             samples=cases(("step", lambda tj, x: x[::2], [(7,)], anywhere),
+                                           ("inner", lambda tj, x: x[:, 1:3], [(3, 4)], anywhere),
+                                           ("mixed", lambda tj, x: x[1, ::-1], [(3, 4)], anywhere),
+                                           ("ellipsis", lambda tj, x: x[..., 0, None], [(2, 3, 2)], anywhere)))
+
+
+# ---- gather by flat index: integer-array and mask indexing, gather, index_select -----------
+
+@kernel
+def gather_forward(v, out, a, b, p, q, ints, floats):
+    idx = p + 2
+    for i in range(q):
+        v[out + i] = v[a + ints[idx + i]]
+
+
+@kernel
+def gather_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    zero_if_first(g, a, ints[p + 1], ma)
+    idx = p + 2
+    for i in range(q):
+        g[a + ints[idx + i]] += g[out + i]
+
+
+INDEX = define_kernel("index", "IndexBackward0", gather_forward, gather_backward, saves=False,
+                      samples=cases(("int_array", lambda tj, x: x[np.array([0, 2, 2])], [(4, 3)], anywhere),
+                                    ("mask", lambda tj, x: x[np.array([True, False, True, True])], [(4,)], anywhere),
+                                    ("pair", lambda tj, x: x[[0, 1], [2, 0]], [(3, 3)], anywhere)))
+GATHER = same_kernels("gather", "GatherBackward0", INDEX,
+                      samples=cases(("gather", lambda tj, x: tj.gather(x, 1, tj.tensor([[0, 0], [1, 0]])),
+                                     [(2, 3)], anywhere)))
+INDEX_SELECT = same_kernels("index_select", "IndexSelectBackward0", INDEX,
+                            samples=cases(("index_select",
+                                           lambda tj, x: tj.index_select(x, 1, tj.tensor([2, 0, 2])),
+                                           [(3, 4)], anywhere)))
+
+
+# ---- cat / stack ------------------------------------------------------------------------
+
+@kernel
+def cat_forward(v, out, a, b, p, q, ints, floats):
+    k = ints[p]
+    outer = ints[p + 1]
+    o = out
+    for r in range(outer):
+        for j in range(k):
+            src = decode(ints[p + 2 + 2 * j])
+            inner = ints[p + 3 + 2 * j]
+            s = src + r * inner
+            for i in range(inner):
+                v[o + i] = v[s + i]
+            o += inner
+
+
+@kernel
+def cat_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    k = ints[p]
+    outer = ints[p + 1]
+    row = 0
+    for j in range(k):
+        row += ints[p + 3 + 2 * j]
+    col = 0
+    for j in range(k):
+        enc = ints[p + 2 + 2 * j]
+        inner = ints[p + 3 + 2 * j]
+        mode = claim(flags, enc)
+        if mode != 0:
+            src = decode(enc)
+            for r in range(outer):
+                o = out + r * row + col
+                s = src + r * inner
+                for i in range(inner):
+                    acc(g, s + i, g[o + i], mode)
+        col += inner
+
+
+CAT = define_kernel("cat", "CatBackward0", cat_forward, cat_backward, saves=False,
+                    samples=cases(("cat0", lambda tj, x, y: tj.cat([x, y]), [(2, 3), (4, 3)], anywhere),
+                                  ("cat1", lambda tj, x, y: tj.cat([x, y, x], dim=1), [(2, 3), (2, 1)], anywhere)))
+STACK = same_kernels("stack", "StackBackward0", CAT,
+                     samples=cases(("stack0", lambda tj, x, y: tj.stack([x, y]), [(3,), (3,)], anywhere),
+                                   ("stack1", lambda tj, x, y: tj.stack([x, y, x], dim=1), [(2, 3), (2, 3)], anywhere),
+                                   ("stack_scalars", lambda tj, x, y: tj.stack([x, y, x * y]), [(), ()], anywhere)))
+
+
+# ---- where ------------------------------------------------------------------------------
+
+@kernel
+def where_forward(v, out, a, b, p, q, ints, floats):
+    c = p + 1
+    for i in range(q):
+        v[out + i] = v[a + i] if ints[c + i] != 0 else v[b + i]
+
+
+@kernel
+def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    c = p + 1
+    for i in range(q):
+        gi = g[out + i]
+        if ints[c + i] != 0:
+            if ma != 0:
+                acc(g, a + i, gi, ma)
+            if mb != 0:
+                acc(g, b + i, gi * 0.0, mb)
+        else:
+            if ma != 0:
+                acc(g, a + i, gi * 0.0, ma)
+            if mb != 0:
+                acc(g, b + i, gi, mb)
+
+
+WHERE = define_kernel("where", "WhereBackward0", where_forward, where_backward, saves=False,
+                      samples=cases(("where", lambda tj, x, y: tj.where(x > 0, x, y), [(3, 4), (3, 4)], anywhere),
+                                    ("where_b", lambda tj, x, y: tj.where(x > 0, x, y), [(3, 4), (4,)], anywhere)))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+from tapejit import dtypes as _dtypes  # noqa: E402
+from tapejit.api import export  # noqa: E402
+from tapejit.recording import (record, encode_operand, contiguous_strides, broadcast_shapes,  # noqa: E402
+                               result_dtype, cast as _cast, float_input, as_tensor_operand)
+from tapejit.recording import expand as _expand  # noqa: E402
+from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
+from tapejit.tape import state as _state, current as _current  # noqa: E402
+from tapejit.tensor import Tensor, _concrete  # noqa: E402
+
+
+def _plain(t):
+    """A tensor whose shape ops can be NumPy views (no tape, no gradient): torch aliasing."""
+    return t._tape is None and not t._rg
+
+
+def _copy_range(op, x, start, n, shape):
+    tape = _state.tape or _current()
+    p = tape.add_ints((start, max(x._numel, 1)))
+    return record(op, (x,), shape, x._dtype, p, n)
+
+
+def strided_view(op, x, sizes, strides, start):
+    """Materialise the view of ``x`` given by element ``sizes``/``strides``/``start``."""
+    if _plain(x):
+        arr = np.lib.stride_tricks.as_strided(
+            x._data.reshape(-1)[start:], shape=sizes,
+            strides=[s * x._dtype.itemsize for s in strides]) if x._numel else np.zeros(sizes, x._dtype.np)
+        return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
+    if not sizes:
+        return _copy_range(op, x, start, 1, ())
+    tape = _state.tape or _current()
+    nd = len(sizes)
+    p = tape.add_ints((nd, start, max(x._numel, 1)) + tuple(sizes) + tuple(strides))
+    return record(op, (x,), sizes, x._dtype, p, _numel(sizes))
+
+
+def _resolve_shape(shape, n, op):
+    shape = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else list(shape)
+    shape = [int(s) for s in shape]
+    if shape.count(-1) > 1:
+        raise RuntimeError(f"{op}: only one dimension can be inferred")
+    if -1 in shape:
+        rest = _numel([s for s in shape if s != -1])
+        if rest == 0 or n % rest:
+            raise RuntimeError(f"shape '{shape}' is invalid for input of size {n}")
+        shape[shape.index(-1)] = n // rest
+    if _numel(shape) != n:
+        raise RuntimeError(f"{op}: shape '{list(shape)}' is invalid for input of size {n}")
+    return tuple(shape)
+
+
+def _reshaped(x, shape, op=RESHAPE):
+    if shape == x._shape and op is RESHAPE:
+        return x
+    if _plain(x):
+        return _concrete(x._data.reshape(shape))
+    return _copy_range(op, x, 0, x._numel, shape)
+
+
+@export(method=True)
+def reshape(input, *shape):
+    return _reshaped(input, _resolve_shape(shape, input._numel, "reshape"))
+
+
+@export(method=True, function=False)
+def view(input, *shape):
+    if len(shape) == 1 and isinstance(shape[0], (_dtypes.dtype, type, np.dtype)):
+        return input.to(shape[0])
+    return _reshaped(input, _resolve_shape(shape, input._numel, "view"))
+
+
+@export(method=True, function=False)
+def view_as(input, other):
+    return view(input, other._shape)
+
+
+@export(method=True, function=False)
+def reshape_as(input, other):
+    return reshape(input, other._shape)
+
+
+@export(method=True)
+def flatten(input, start_dim=0, end_dim=-1):
+    nd = len(input._shape)
+    if nd == 0:
+        return _reshaped(input, (1,))
+    s = _wrap_dim(start_dim, nd, "flatten")
+    e = _wrap_dim(end_dim, nd, "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = input._shape[:s] + (_numel(input._shape[s:e + 1]),) + input._shape[e + 1:]
+    return _reshaped(input, shape)
+
+
+@export(method=True)
+def unflatten(input, dim, sizes):
+    d = _wrap_dim(dim, len(input._shape), "unflatten")
+    inner = _resolve_shape(tuple(sizes), input._shape[d], "unflatten")
+    return _reshaped(input, input._shape[:d] + inner + input._shape[d + 1:])
+
+
+@export(method=True)
+def squeeze(input, dim=None):
+    shape = input._shape
+    if dim is None:
+        new = tuple(s for s in shape if s != 1)
+    else:
+        dims = {_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
+        new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
+    return _reshaped(input, new)
+
+
+@export(method=True)
+def unsqueeze(input, dim):
+    nd = len(input._shape)
+    d = _wrap_dim(dim, nd + 1, "unsqueeze")
+    return _reshaped(input, input._shape[:d] + (1,) + input._shape[d:])
+
+
+@export(method=True)
+def permute(input, *dims):
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    nd = len(input._shape)
+    if len(dims) != nd:
+        raise RuntimeError(
+            f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+            f"of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal to len(dims) = {len(dims)}")
+    order = [_wrap_dim(d, nd, "permute") for d in dims]
+    if sorted(order) != list(range(nd)):
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return _permuted(input, order, PERMUTE)
+
+
+def _permuted(x, order, op):
+    if order == list(range(len(order))):
+        return x
+    strides = contiguous_strides(x._shape)
+    return strided_view(op, x, tuple(x._shape[d] for d in order), tuple(strides[d] for d in order), 0)
+
+
+@export(method=True)
+def transpose(input, dim0, dim1):
+    nd = len(input._shape)
+    if nd == 0:
+        return input
+    a = _wrap_dim(dim0, nd, "transpose")
+    b = _wrap_dim(dim1, nd, "transpose")
+    order = list(range(nd))
+    order[a], order[b] = order[b], order[a]
+    return _permuted(input, order, TRANSPOSE)
+
+
+export(transpose, name="swapaxes", method=True)
+
+
+@export(method=True)
+def t(input):
+    if len(input._shape) > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
+    return transpose(input, 0, 1) if len(input._shape) == 2 else input
+
+
+Tensor.T = property(lambda self: _permuted(self, list(range(len(self._shape)))[::-1], TRANSPOSE))
+Tensor.mT = property(lambda self: transpose(self, -2, -1))
+
+
+@export(method=True, function=False)
+def expand(input, *sizes):
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    return _expand(input, sizes)
+
+
+@export(method=True, function=False)
+def expand_as(input, other):
+    return _expand(input, other._shape)
+
+
+@export(method=True)
+def broadcast_to(input, size):
+    return _expand(input, tuple(size))
+
+
+@export()
+def broadcast_tensors(*tensors):
+    shape = ()
+    for t_ in tensors:
+        shape = broadcast_shapes("broadcast_tensors", shape, t_._shape)
+    return tuple(_expand(t_, shape) for t_ in tensors)
+
+
+@export(method=True)
+def clone(input, memory_format=None):
+    if _plain(input):
+        return _concrete(input._data.copy())
+    return _copy_range(RESHAPE, input, 0, input._numel, input._shape)
+
+
+@export(method=True, function=False)
+def repeat(input, *sizes):
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    shape = (1,) * (len(sizes) - len(input._shape)) + input._shape
+    x = _reshaped(input, shape)
+    inter = []
+    for r, s in zip(sizes, shape):
+        inter += [r, s]
+    x = _reshaped(x, tuple(v for pair in zip([1] * len(shape), shape) for v in pair))
+    x = _expand(x, tuple(inter))
+    return _reshaped(x, tuple(r * s for r, s in zip(sizes, shape)))
+
+
+# ---- indexing --------------------------------------------------------------------------
+
+def _is_basic(key):
+    return all(k is None or k is Ellipsis or isinstance(k, (int, slice, np.integer)) and not isinstance(k, bool)
+               for k in key)
+
+
+def _index_positions(shape, key):
+    """Flat source positions selected by ``key`` (NumPy semantics, torch-compatible)."""
+    grid = np.arange(_numel(shape), dtype=np.int64).reshape(shape)
+    try:
+        return grid[key]
+    except IndexError as e:
+        raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
+
+
+def _norm_key(key):
+    key = key if isinstance(key, tuple) else (key,)
+    out = []
+    for k in key:
+        if isinstance(k, Tensor):
+            v = k._value()
+            k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
+        elif isinstance(k, list):
+            k = np.asarray(k._value() if isinstance(k, Tensor) else [e._value() if isinstance(e, Tensor) else e for e in k])
+        out.append(k)
+    return tuple(out)
+
+
+def _basic_view(x, key):
+    """sizes, strides, start of the basic-indexing view ``x[key]`` (via NumPy on a fake array)."""
+    shape = x._shape
+    fake = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
+                                           strides=contiguous_strides(shape))
+    try:
+        v = fake[key]
+    except IndexError as e:
+        raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
+    start = v.__array_interface__["data"][0] - fake.__array_interface__["data"][0]
+    return v.shape, v.strides, start
+
+
+@export(function=False, dunders=("__getitem__",))
+def getitem(input, key):
+    shape = input._shape
+    if type(key) is int and shape and not _plain(input):
+        n0 = shape[0]
+        if not -n0 <= key < n0:
+            raise IndexError(f"index {key} is out of bounds for dimension 0 with size {n0}")
+        inner = input._numel // n0 if n0 else 0
+        return _copy_range(SELECT, input, (key % n0) * inner, inner, shape[1:])
+    key = _norm_key(key)
+    if _plain(input):
+        return _concrete(input._data[key])
+    if _is_basic(key):
+        sizes, strides, start = _basic_view(input, key)
+        n = _numel(sizes)
+        inner_shape = shape[1:] if shape else ()
+        if sizes and strides == contiguous_strides(sizes) or n <= 1:
+            op = SELECT if len(sizes) < len(shape) else SLICE
+            if len(sizes) == len(shape) and sizes == shape:
+                op = RESHAPE
+            return _copy_range(op, input, start, n, tuple(sizes))
+        del inner_shape
+        return strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
+    pos = _index_positions(shape, key)
+    return _gather(INDEX, input, pos)
+
+
+def _gather(op, x, positions):
+    tape = _state.tape or _current()
+    flat = positions.reshape(-1)
+    p = tape.add_ints([flat.size, max(x._numel, 1)] + flat.tolist())
+    return record(op, (x,), positions.shape, x._dtype, p, flat.size)
+
+
+@export(function=False, dunders=("__setitem__",))
+def setitem(input, key, value):
+    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    check_leaf(input, "setitem")
+    key = _norm_key(key)
+    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
+        v = value._value() if isinstance(value, Tensor) else value
+        note_leaf_write(input)
+        input._data[key] = v
+        return
+    pos = _index_positions(input._shape, key)
+    value = as_tensor_operand(value, input)
+    if value._dtype is not input._dtype:
+        value = _cast(value, input._dtype)
+    vals = _expand(value, pos.shape) if value._shape != pos.shape else value
+    source = np.zeros(max(input._numel, 1), np.int64)
+    mask = np.zeros(input._numel, bool)
+    flat = pos.reshape(-1)
+    source[flat] = np.arange(flat.size)
+    mask[flat] = True
+    picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
+                     source[:input._numel].reshape(input._shape))
+    apply_inplace(input, where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
+
+
+# ---- gather, index_select --------------------------------------------------------------
+
+@export(method=True)
+def gather(input, dim, index):
+    d = _wrap_dim(dim, len(input._shape), "gather")
+    idx = index._value() if isinstance(index, Tensor) else np.asarray(index)
+    if idx.ndim != len(input._shape):
+        raise RuntimeError("gather(): Index tensor must have the same number of dimensions as input tensor")
+    grid = np.arange(input._numel, dtype=np.int64).reshape(input._shape)
+    try:
+        pos = np.take_along_axis(grid, idx.astype(np.int64), axis=d)
+    except (IndexError, ValueError) as e:
+        raise RuntimeError(f"gather(): {e} (input {list(input._shape)}, index {list(idx.shape)})") from None
+    if _plain(input):
+        return _concrete(input._data.reshape(-1)[pos])
+    return _gather(GATHER, input, pos)
+
+
+@export(method=True)
+def index_select(input, dim, index):
+    d = _wrap_dim(dim, len(input._shape), "index_select")
+    idx = (index._value() if isinstance(index, Tensor) else np.asarray(index)).astype(np.int64).reshape(-1)
+    size = input._shape[d] if input._shape else 1
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise IndexError(f"index_select(): index out of range in self (dim {d} has size {size})")
+    grid = np.arange(input._numel, dtype=np.int64).reshape(input._shape)
+    pos = np.take(grid, idx, axis=d) if input._shape else grid.reshape(1)[idx]
+    if _plain(input):
+        return _concrete(input._data.reshape(-1)[pos])
+    return _gather(INDEX_SELECT, input, pos)
+
+
+# ---- cat, stack, split, chunk, unbind ----------------------------------------------------
+
+def _joined(op, tensors, dim, stack):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError(f"{op.name}(): expected a non-empty list of Tensors")
+    dt = tensors[0]._dtype
+    for x in tensors[1:]:
+        dt = _dtypes.promote(dt, x._dtype)
+    first = tensors[0]._shape
+    if stack:
+        for x in tensors:
+            if x._shape != first:
+                raise RuntimeError(
+                    f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and "
+                    f"{list(x._shape)} at entry {tensors.index(x)}")
+        d = _wrap_dim(dim, len(first) + 1, "stack")
+        out_shape = first[:d] + (len(tensors),) + first[d:]
+        inner = [_numel(first[d:])] * len(tensors)
+        outer = _numel(first[:d])
+    else:
+        tensors = [x for x in tensors if not (x._shape == (0,))] or tensors[:1]
+        first = tensors[0]._shape
+        if not first:
+            raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+        d = _wrap_dim(dim, len(first), "cat")
+        total = 0
+        inner = []
+        for i, x in enumerate(tensors):
+            s = x._shape
+            if len(s) != len(first) or s[:d] != first[:d] or s[d + 1:] != first[d + 1:]:
+                raise RuntimeError(
+                    f"cat(): Sizes of tensors must match except in dimension {d}. Expected size "
+                    f"{list(first)} but got size {list(s)} for tensor number {i} in the list.")
+            total += s[d]
+            inner.append(_numel(s[d:]))
+        out_shape = first[:d] + (total,) + first[d + 1:]
+        outer = _numel(first[:d])
+    if not dt.is_floating_point or all(_plain(x) for x in tensors):
+        arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
+        return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
+    tape = _state.tape or _current()
+    fields = [len(tensors), outer]
+    rg = False
+    for x, n in zip(tensors, inner):
+        if x._dtype is not dt:
+            x = _cast(x, dt)
+        enc = encode_operand(tape, x, dt)
+        rg = rg or enc >= 0
+        fields += [enc, n]
+    p = tape.add_ints(fields)
+    out = record(op, (), out_shape, dt, p, _numel(out_shape))
+    out._rg = rg
+    return out
+
+
+@export()
+def cat(tensors, dim=0):
+    return _joined(CAT, tensors, dim, stack=False)
+
+
+export(cat, name="concat")
+export(cat, name="concatenate")
+
+
+@export()
+def stack(tensors, dim=0):
+    return _joined(STACK, tensors, dim, stack=True)
+
+
+@export()
+def hstack(tensors):
+    return cat(tensors, 0 if len(tensors[0]._shape) == 1 else 1)
+
+
+@export()
+def vstack(tensors):
+    return cat([x if len(x._shape) > 1 else x.reshape(1, -1) for x in tensors], 0)
+
+
+def _slice_dim(x, dim, start, stop, op=SLICE):
+    key = (slice(None),) * dim + (slice(start, stop),)
+    if dim == 0 and not _plain(x):
+        inner = _numel(x._shape[1:])
+        return _copy_range(op, x, start * inner, (stop - start) * inner, (stop - start,) + x._shape[1:])
+    return getitem(x, key)
+
+
+@export(method=True)
+def split(tensor, split_size_or_sections, dim=0):
+    d = _wrap_dim(dim, len(tensor._shape), "split")
+    size = tensor._shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
+        bounds = list(range(0, size, step)) + [size]
+    else:
+        sections = list(split_size_or_sections)
+        if sum(sections) != size:
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
+                f"dimension {d}), but got split_sizes={sections}")
+        bounds = [0]
+        for s in sections:
+            bounds.append(bounds[-1] + s)
+    return tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+@export(method=True)
+def chunk(input, chunks, dim=0):
+    d = _wrap_dim(dim, len(input._shape), "chunk")
+    size = input._shape[d]
+    step = max(1, -(-size // chunks))
+    return split(input, step, d)
+
+
+@export(method=True)
+def unbind(input, dim=0):
+    shape = input._shape
+    d = _wrap_dim(dim, len(shape), "unbind")
+    if _plain(input):
+        return tuple(_concrete(a) for a in np.moveaxis(input._data, d, 0))
+    if d == 0:
+        inner = input._numel // shape[0] if shape[0] else 0
+        rest = shape[1:]
+        return tuple(_copy_range(UNBIND, input, i * inner, inner, rest) for i in range(shape[0]))
+    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
+
+
+# ---- where --------------------------------------------------------------------------------
+
+@export(method=False)
+def where(condition, input=None, other=None):
+    cond = condition._value() if isinstance(condition, Tensor) else np.asarray(condition)
+    if input is None and other is None:
+        return tuple(_concrete(i.astype(np.int64)) for i in np.nonzero(cond))
+    x = as_tensor_operand(input, other if isinstance(other, Tensor) else None)
+    y = as_tensor_operand(other, x)
+    dt = result_dtype(x, y)
+    shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape, x._shape), y._shape)
+    if not dt.is_floating_point or (_plain(x) and _plain(y)):
+        return _concrete(np.where(cond, x._value(), y._value()).astype(dt.np))
+    x = float_input(x) if x._dtype is not dt else x
+    y = float_input(y) if y._dtype is not dt else y
+    if x._dtype is not dt:
+        x = _cast(x, dt)
+    if y._dtype is not dt:
+        y = _cast(y, dt)
+    if x._shape != shape:
+        x = _expand(x, shape)
+    if y._shape != shape:
+        y = _expand(y, shape)
+    c = np.broadcast_to(cond, shape).reshape(-1).astype(np.int64)
+    tape = _state.tape or _current()
+    p = tape.add_ints([c.size] + c.tolist())
+    return record(WHERE, (x, y), shape, dt, p, c.size)
+
+
+def _where_method(self, condition, other):
+    return where(condition, self, other)
+
+
+Tensor.where = _where_method

@@ -1,0 +1,518 @@
+"""Reductions: sums and means over any dims, and max/min/prod/logsumexp/norm along one
+block of dims.
+
+``sum`` walks the input and adds each element into the output position given by strides
+that are 0 on reduced dims, times a scale (1, or 1/n for ``mean``); the same layout
+serves ``expand``'s backward, so summing gradients back to a broadcast shape is this
+one kernel.  The other reductions see their input as ``(outer, length, inner)`` and
+reduce the middle axis; the front end moves several reduced dims next to each other
+first.  Layouts at ``ints[p]``: sum ``[ndim, out size, sizes..., out strides...]``
+with the scale in ``floats[q]``; along-axis ops ``[outer, length, inner]``.
+Ties: ``amax``/``amin``/full ``max``/``min`` split the gradient evenly between equal
+extremes, as PyTorch does.  (This module's front ends shadow ``max``/``min``/``sum``, so the
+kernels must not call those builtins.)
+"""
+import numpy as np
+
+from tapejit._jit import kernel
+from tapejit.ops._kernel_helpers import acc
+from tapejit.registry import define_kernel, same_kernels
+from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
+
+
+@kernel
+def sum_forward(v, out, a, b, p, q, ints, floats):
+    nd = ints[p]
+    out_size = ints[p + 1]
+    sizes = ints[p + 2:p + 2 + nd]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    scale = floats[q]
+    for i in range(out_size):
+        v[out + i] = 0.0
+    n = 1
+    for d in range(nd):
+        n *= sizes[d]
+    inner = sizes[nd - 1] if nd > 0 else 1
+    istep = ostrides[nd - 1] if nd > 0 else 0
+    idx = np.zeros(nd if nd > 0 else 1, np.int64)
+    pos = out
+    i = a
+    for _ in range(n // inner if inner > 0 else 0):
+        if istep == 0:
+            s = v[i] * 0.0
+            for j in range(inner):
+                s += v[i + j]
+            v[pos] += s
+        else:
+            for j in range(inner):
+                v[pos + j * istep] += v[i + j]
+        i += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += ostrides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= ostrides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
+    if scale != 1.0:
+        for k in range(out_size):
+            v[out + k] *= scale
+
+
+@kernel
+def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    nd = ints[p]
+    sizes = ints[p + 2:p + 2 + nd]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    scale = floats[q]
+    n = 1
+    for d in range(nd):
+        n *= sizes[d]
+    inner = sizes[nd - 1] if nd > 0 else 1
+    istep = ostrides[nd - 1] if nd > 0 else 0
+    idx = np.zeros(nd if nd > 0 else 1, np.int64)
+    pos = out
+    i = a
+    for _ in range(n // inner if inner > 0 else 0):
+        for j in range(inner):
+            acc(g, i + j, g[pos + j * istep] * scale, ma)
+        i += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += ostrides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= ostrides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
+
+
+SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False,
+                    samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
+                                  ("sum_scalar", lambda tj, x: tj.sum(x), [()], anywhere)))
+SUM_DIM = same_kernels("sum_dim", "SumBackward1", SUM,
+                       samples=cases(("sum0", lambda tj, x: x.sum(0), [(3, 4)], anywhere),
+                                     ("sum1k", lambda tj, x: x.sum(dim=1, keepdim=True), [(3, 4)], anywhere),
+                                     ("sum02", lambda tj, x: x.sum((0, 2)), [(2, 3, 4)], anywhere),
+                                     ("sum-1", lambda tj, x: x.sum(-1), [(2, 3, 4)], anywhere)))
+MEAN = same_kernels("mean", "MeanBackward0", SUM,
+                    samples=cases(("mean", lambda tj, x: x.mean(), [(3, 4)], anywhere)))
+MEAN_DIM = same_kernels("mean_dim", "MeanBackward1", SUM,
+                        samples=cases(("mean1", lambda tj, x: x.mean(1), [(3, 4)], anywhere),
+                                      ("mean02k", lambda tj, x: x.mean((0, 2), keepdim=True), [(2, 3, 4)], anywhere)))
+
+
+# ---- along one axis of an (outer, length, inner) view ----------------------------------
+
+@kernel
+def amax_forward(v, out, a, b, p, q, ints, floats):
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    sign = floats[q]  # +1 for max, -1 for min
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            best = v[base]
+            for j in range(1, length):
+                x = v[base + j * inner]
+                if np.isnan(x) or (sign * x > sign * best):
+                    best = x
+                if np.isnan(best):
+                    break
+            v[out + o * inner + k] = best
+
+
+@kernel
+def amax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            y = v[out + o * inner + k]
+            ties = 0
+            for j in range(length):
+                if v[base + j * inner] == y:
+                    ties += 1
+            share = g[out + o * inner + k] / (ties if ties > 0 else 1)
+            for j in range(length):
+                x = v[base + j * inner]
+                acc(g, base + j * inner, share if x == y else share * 0.0, ma)
+
+
+AMAX = define_kernel("amax", "AmaxBackward0", amax_forward, amax_backward,
+                     samples=cases(("amax", lambda tj, x: x.amax(1), [(3, 4)], distinct),
+                                   ("amax02", lambda tj, x: tj.amax(x, (0, 2)), [(2, 3, 4)], distinct),
+                                   ("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct)))
+MAX_ALL = same_kernels("max_all", "MaxBackward1", AMAX,
+                       samples=cases(("max", lambda tj, x: x.max(), [(3, 4)], distinct),
+                                     ("min", lambda tj, x: tj.min(x), [(5,)], distinct)))
+
+
+@kernel
+def prod_forward(v, out, a, b, p, q, ints, floats):
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            r = v[base] * 0.0 + 1.0
+            for j in range(length):
+                r *= v[base + j * inner]
+            v[out + o * inner + k] = r
+
+
+@kernel
+def prod_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # Product of all other elements via prefix and suffix products: exact with zeros.
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            gy = g[out + o * inner + k]
+            prefix = gy * 0.0 + 1.0
+            for j in range(length):
+                acc(g, base + j * inner, prefix, ma)
+                prefix *= v[base + j * inner]
+            suffix = gy
+            for j in range(length - 1, -1, -1):
+                g[base + j * inner] *= suffix
+                suffix *= v[base + j * inner]
+
+
+PROD = define_kernel("prod", "ProdBackward0", prod_forward, prod_backward,
+                     samples=cases(("prod", lambda tj, x: x.prod(), [(5,)], away_from_zero),
+                                   ("prod_dim", lambda tj, x: x.prod(1), [(3, 4)], away_from_zero),
+                                   ("prod_zero", lambda tj, x: (x * tj.tensor([1.0, 0.0, 1.0], dtype=x.dtype)).prod(),
+                                    [(3,)], away_from_zero)))
+
+
+@kernel
+def logsumexp_forward(v, out, a, b, p, q, ints, floats):
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            m = v[base]
+            for j in range(1, length):
+                m = np.maximum(m, v[base + j * inner])
+            if np.isinf(m):
+                m = m * 0.0
+            s = m * 0.0
+            for j in range(length):
+                s += np.exp(v[base + j * inner] - m)
+            v[out + o * inner + k] = m + np.log(s)
+
+
+@kernel
+def logsumexp_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            y = v[out + o * inner + k]
+            gy = g[out + o * inner + k]
+            for j in range(length):
+                acc(g, base + j * inner, gy * np.exp(v[base + j * inner] - y), ma)
+
+
+LOGSUMEXP = define_kernel("logsumexp", "LogsumexpBackward0", logsumexp_forward, logsumexp_backward,
+                          samples=cases(("logsumexp", lambda tj, x: x.logsumexp(1), [(3, 4)], anywhere),
+                                        ("logsumexp0k", lambda tj, x: tj.logsumexp(x, 0, keepdim=True),
+                                         [(3, 4)], anywhere)))
+
+
+@kernel
+def norm_forward(v, out, a, b, p, q, ints, floats):
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    order = floats[q]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            s = v[base] * 0.0
+            for j in range(length):
+                x = np.abs(v[base + j * inner])
+                s += x * x if order == 2.0 else x ** order
+            v[out + o * inner + k] = np.sqrt(s) if order == 2.0 else s ** (1.0 / order)
+
+
+@kernel
+def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # PyTorch's subgradient: zero gradient where the norm is zero.
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    order = floats[q]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            y = v[out + o * inner + k]
+            gy = g[out + o * inner + k]
+            for j in range(length):
+                x = v[base + j * inner]
+                if y == 0.0:
+                    d = gy * 0.0
+                elif order == 2.0:
+                    d = gy * x / y
+                else:
+                    d = gy * np.sign(x) * np.abs(x) ** (order - 1.0) / y ** (order - 1.0)
+                acc(g, base + j * inner, d, ma)
+
+
+NORM = define_kernel("norm", "NormBackward1", norm_forward, norm_backward,
+                     samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
+                                   ("norm_dim", lambda tj, x: tj.norm(x, dim=1), [(3, 4)], anywhere),
+                                   ("norm_p1", lambda tj, x: x.norm(p=1), [(5,)], away_from_zero),
+                                   ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive)))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+from collections import namedtuple as _namedtuple  # noqa: E402
+
+from tapejit.api import export  # noqa: E402
+from tapejit.recording import record, float_input, cast as _cast  # noqa: E402
+from tapejit.shapes import reduced_dims, reduced_shape, sum_layout, axis_layout, numel as _numel  # noqa: E402
+from tapejit.tape import state as _state, current as _current  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+from tapejit import dtypes as _dtypes  # noqa: E402
+
+AMIN = same_kernels("amin", "AminBackward0", AMAX)
+MIN_ALL = same_kernels("min_all", "MinBackward1", AMAX)
+return_types = _namedtuple("return_types", ["values", "indices"])
+
+
+def _plain(t):
+    return t._tape is None and not t._rg
+
+
+def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = reduced_dims(dim, len(x._shape), op.name)
+    shape = reduced_shape(x._shape, dims, keepdim)
+    if not x._dtype.is_floating_point:
+        if scale_by_count:
+            raise RuntimeError(
+                f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                f"complex dtype. Got: {x._dtype.name.capitalize()}")
+        return _concrete(np.asarray(x._value().sum(axis=dims, keepdims=keepdim)))
+    count = _numel([x._shape[d] for d in dims]) if x._shape else 1
+    scale = 1.0 / count if scale_by_count else 1.0
+    if scale_by_count and count == 0:
+        scale = float("nan")
+    tape = _state.tape or _current()
+    p = tape.add_ints(sum_layout(x._shape, dims))
+    q = tape.add_floats(scale)
+    return record(op, (x,), shape, x._dtype, p, q)
+
+
+@export(method=True)
+def sum(input, dim=None, keepdim=False, dtype=None):
+    op = SUM if dim is None else SUM_DIM
+    return _sum_like(op, input, dim, keepdim, False, dtype)
+
+
+@export(method=True)
+def mean(input, dim=None, keepdim=False, dtype=None):
+    op = MEAN if dim is None else MEAN_DIM
+    return _sum_like(op, input, dim, keepdim, True, dtype)
+
+
+def _along(op, x, dim, keepdim, q_value=None):
+    """Record an (outer, length, inner) reduction of ``x`` over ``dim``."""
+    x = float_input(x)
+    dims = reduced_dims(dim, len(x._shape), op.name)
+    shape = reduced_shape(x._shape, dims, keepdim)
+    if x._numel == 0 and dims:
+        raise RuntimeError(f"{op.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    layout = axis_layout(x._shape, dims)
+    if layout is None:
+        from tapejit.ops.movement import permute
+        kept = [d for d in range(len(x._shape)) if d not in dims]
+        x = permute(x, kept + list(dims))
+        layout = axis_layout(x._shape, tuple(range(len(kept), len(x._shape))))
+    tape = _state.tape or _current()
+    p = tape.add_ints(layout)
+    q = tape.add_floats(q_value) if q_value is not None else 0
+    return record(op, (x,), shape, x._dtype, p, q)
+
+
+@export(method=True)
+def amax(input, dim=(), keepdim=False):
+    if not input._dtype.is_floating_point:
+        return _concrete(np.asarray(input._value().max(axis=dim if dim != () else None, keepdims=keepdim)))
+    return _along(AMAX, input, None if dim == () else dim, keepdim, 1.0)
+
+
+@export(method=True)
+def amin(input, dim=(), keepdim=False):
+    if not input._dtype.is_floating_point:
+        return _concrete(np.asarray(input._value().min(axis=dim if dim != () else None, keepdims=keepdim)))
+    return _along(AMIN, input, None if dim == () else dim, keepdim, -1.0)
+
+
+def _extreme(input, dim, keepdim, largest):
+    from tapejit.ops.movement import gather
+    if dim is None:
+        if not input._dtype.is_floating_point:
+            v = input._value()
+            return _concrete(np.asarray(v.max() if largest else v.min()))
+        if input._numel == 0:
+            raise RuntimeError(
+                f"{'max' if largest else 'min'}(): Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument.")
+        return _along(MAX_ALL if largest else MIN_ALL, input, None, False, 1.0 if largest else -1.0)
+    v = input._value()
+    from tapejit.shapes import wrap_dim
+    d = wrap_dim(dim, len(input._shape), "max" if largest else "min")
+    if not input._shape:
+        idx = np.zeros((), np.int64)
+    else:
+        idx = (np.nanargmax if False else np.argmax)(v, axis=d) if largest else np.argmin(v, axis=d)
+        nan_rows = np.isnan(v).any(axis=d) if v.dtype.kind == "f" else None
+        if nan_rows is not None and nan_rows.any():
+            idx = np.where(nan_rows, np.argmax(np.isnan(v), axis=d), idx)
+    idx = np.asarray(idx, np.int64)
+    idx_k = np.expand_dims(idx, d) if input._shape else idx
+    values = gather(input, d, _concrete(idx_k)) if input._shape else input * 1
+    if not keepdim and input._shape:
+        values = values.squeeze(d)
+        return return_types(values, _concrete(idx))
+    return return_types(values, _concrete(idx_k if input._shape else idx))
+
+
+@export(method=True)
+def max(input, dim=None, keepdim=False, *, other=None):
+    from tapejit.tensor import Tensor
+    if isinstance(dim, Tensor):
+        from tapejit.ops.binary import maximum
+        return maximum(input, dim)
+    return _extreme(input, dim, keepdim, True)
+
+
+@export(method=True)
+def min(input, dim=None, keepdim=False):
+    from tapejit.tensor import Tensor
+    if isinstance(dim, Tensor):
+        from tapejit.ops.binary import minimum
+        return minimum(input, dim)
+    return _extreme(input, dim, keepdim, False)
+
+
+@export(method=True)
+def argmax(input, dim=None, keepdim=False):
+    v = input._value()
+    if dim is None:
+        return _concrete(np.asarray(np.argmax(v), np.int64))
+    return _concrete(np.asarray(np.argmax(v, axis=dim, keepdims=keepdim), np.int64))
+
+
+@export(method=True)
+def argmin(input, dim=None, keepdim=False):
+    v = input._value()
+    if dim is None:
+        return _concrete(np.asarray(np.argmin(v), np.int64))
+    return _concrete(np.asarray(np.argmin(v, axis=dim, keepdims=keepdim), np.int64))
+
+
+@export(method=True)
+def prod(input, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    if not input._dtype.is_floating_point:
+        return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
+    return _along(PROD, input, dim, keepdim)
+
+
+@export(method=True)
+def logsumexp(input, dim, keepdim=False):
+    return _along(LOGSUMEXP, input, dim, keepdim)
+
+
+@export(method=True)
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    if p == "fro" or p is None:
+        p = 2.0
+    if p in (float("inf"), "inf"):
+        from tapejit.ops.unary import abs as _abs_fn  # noqa: F401
+        return amax(input.abs(), () if dim is None else dim, keepdim)
+    if not isinstance(p, (int, float)) or p <= 0:
+        raise RuntimeError(f"norm(): tapejit supports p > 0, 'fro' and inf, got p={p!r}")
+    return _along(NORM, input, dim, keepdim, float(p))
+
+
+def _moments(input, dim, correction, keepdim, op):
+    x = float_input(input)
+    dims = reduced_dims(dim, len(x._shape), op)
+    n = _numel([x._shape[d] for d in dims]) if x._shape else 1
+    centred = x - mean(x, dims if x._shape else None, keepdim=True)
+    sq = centred * centred
+    total = sum(sq, dims if x._shape else None, keepdim=keepdim)
+    denom = n - correction
+    return total / denom if denom > 0 else total * float("nan")
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased in (None, True) else 0
+
+
+@export(method=True)
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        unbiased, dim = dim, None
+    return _moments(input, dim, _correction(unbiased, correction), keepdim, "var")
+
+
+@export(method=True)
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        unbiased, dim = dim, None
+    return var(input, dim, keepdim=keepdim, correction=_correction(unbiased, correction)).sqrt()
+
+
+@export(method=True)
+def all(input, dim=None, keepdim=False):
+    v = input._value()
+    return _concrete(np.asarray(v.all() if dim is None else v.all(axis=dim, keepdims=keepdim)))
+
+
+@export(method=True)
+def any(input, dim=None, keepdim=False):
+    v = input._value()
+    return _concrete(np.asarray(v.any() if dim is None else v.any(axis=dim, keepdims=keepdim)))
+
+
+@export(method=True)
+def cumsum(input, dim):
+    if input._rg:
+        raise NotImplementedError("tapejit: cumsum is not differentiable yet")
+    return _concrete(np.cumsum(input._value(), axis=dim))
+
+
+del _dtypes, _cast

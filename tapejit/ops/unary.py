@@ -1,0 +1,522 @@
+"""Elementwise ops of one tensor, optionally with static float parameters ``c0``, ``c1``.
+
+Each op is its value rule and derivative rule, then one ``define_unary`` line.  The
+derivative rule sees the input ``x``, the output ``y`` and the incoming adjoint ``g``.
+Subgradients follow PyTorch: ``abs'(0) = 0``, ``relu'(0) = 0``, ``clamp`` passes the
+gradient on the closed interval ``[min, max]``, ``pow(x, 0)`` has zero gradient.
+NaN and inf propagate as in PyTorch (no masking of ``0 * nan``).
+"""
+import math
+
+import numpy as np
+
+from tapejit._jit import rule
+from tapejit.registry import define_unary
+from tapejit.samples import unary_samples, positive, anywhere, away_from_zero, bounded
+
+# ---- arithmetic with a Python scalar (the scalar is c0) -----------------------------------
+
+
+@rule
+def neg_value(x, c0, c1):
+    return -x
+
+
+@rule
+def neg_grad(x, y, g, c0, c1):
+    return -g
+
+
+NEG = define_unary("neg", "NegBackward0", neg_value, neg_grad, saves=False,
+                   samples=unary_samples("neg", anywhere))
+
+
+@rule
+def add_scalar_value(x, c0, c1):
+    return x + c0
+
+
+@rule
+def add_scalar_grad(x, y, g, c0, c1):
+    return g
+
+
+ADD_SCALAR = define_unary("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
+                          nconst=1, saves=False,
+                          samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
+
+
+@rule
+def rsub_scalar_value(x, c0, c1):
+    return c0 - x
+
+
+@rule
+def rsub_scalar_grad(x, y, g, c0, c1):
+    return -g
+
+
+RSUB_SCALAR = define_unary("rsub_scalar", "RsubBackward1", rsub_scalar_value, rsub_scalar_grad,
+                           nconst=1, saves=False,
+                           samples=unary_samples("rsub_scalar", anywhere, lambda tj, x: 2.0 - x))
+
+
+@rule
+def mul_scalar_value(x, c0, c1):
+    return x * c0
+
+
+@rule
+def mul_scalar_grad(x, y, g, c0, c1):
+    return g * c0
+
+
+MUL_SCALAR = define_unary("mul_scalar", "MulBackward0", mul_scalar_value, mul_scalar_grad,
+                          nconst=1, saves=False,
+                          samples=unary_samples("mul_scalar", anywhere, lambda tj, x: x * -3.0))
+
+
+@rule
+def div_scalar_value(x, c0, c1):
+    return x / c0
+
+
+@rule
+def div_scalar_grad(x, y, g, c0, c1):
+    return g / c0
+
+
+DIV_SCALAR = define_unary("div_scalar", "DivBackward0", div_scalar_value, div_scalar_grad,
+                          nconst=1, saves=False,
+                          samples=unary_samples("div_scalar", anywhere, lambda tj, x: x / 4.0))
+
+
+@rule
+def rdiv_scalar_value(x, c0, c1):
+    return c0 / x
+
+
+@rule
+def rdiv_scalar_grad(x, y, g, c0, c1):
+    return -g * y / x
+
+
+RDIV_SCALAR = define_unary("rdiv_scalar", "DivBackward0", rdiv_scalar_value, rdiv_scalar_grad,
+                           nconst=1,
+                           samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
+
+
+@rule
+def pow_scalar_value(x, c0, c1):
+    return x ** c0
+
+
+@rule
+def pow_scalar_grad(x, y, g, c0, c1):
+    if c0 == 0.0:
+        return g * 0.0
+    return g * c0 * x ** (c0 - 1.0)
+
+
+POW_SCALAR = define_unary("pow_scalar", "PowBackward0", pow_scalar_value, pow_scalar_grad,
+                          nconst=1,
+                          samples=lambda rng: (unary_samples("pow_scalar", anywhere, lambda tj, x: x ** 2)(rng)
+                                               + unary_samples("pow_scalar_frac", positive,
+                                                               lambda tj, x: x ** 1.5)(rng)
+                                               + unary_samples("pow_scalar_neg", positive,
+                                                               lambda tj, x: x ** -0.5)(rng)))
+
+
+@rule
+def rpow_scalar_value(x, c0, c1):
+    return c0 ** x
+
+
+@rule
+def rpow_scalar_grad(x, y, g, c0, c1):
+    if c0 == 0.0 and x >= 0.0:
+        return g * 0.0
+    return g * y * np.log(c0)
+
+
+RPOW_SCALAR = define_unary("rpow_scalar", "PowBackward1", rpow_scalar_value, rpow_scalar_grad,
+                           nconst=1,
+                           samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
+
+# ---- elementary functions ----------------------------------------------------------------
+
+
+@rule
+def abs_value(x, c0, c1):
+    return np.abs(x)
+
+
+@rule
+def abs_grad(x, y, g, c0, c1):
+    return g * np.sign(x)
+
+
+ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
+                   samples=unary_samples("abs", away_from_zero))
+
+
+@rule
+def sign_value(x, c0, c1):
+    return np.sign(x)
+
+
+@rule
+def sign_grad(x, y, g, c0, c1):
+    return g * 0.0
+
+
+SIGN = define_unary("sign", "SignBackward0", sign_value, sign_grad, saves=False,
+                    samples=unary_samples("sign", away_from_zero))
+
+
+@rule
+def exp_value(x, c0, c1):
+    return np.exp(x)
+
+
+@rule
+def exp_grad(x, y, g, c0, c1):
+    return g * y
+
+
+EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, samples=unary_samples("exp", bounded))
+
+
+@rule
+def log_value(x, c0, c1):
+    return np.log(x)
+
+
+@rule
+def log_grad(x, y, g, c0, c1):
+    return g / x
+
+
+LOG = define_unary("log", "LogBackward0", log_value, log_grad, samples=unary_samples("log", positive))
+
+
+@rule
+def log1p_value(x, c0, c1):
+    return np.log1p(x)
+
+
+@rule
+def log1p_grad(x, y, g, c0, c1):
+    return g / (x + 1.0)
+
+
+LOG1P = define_unary("log1p", "Log1PBackward0", log1p_value, log1p_grad,
+                     samples=unary_samples("log1p", positive))
+
+
+@rule
+def expm1_value(x, c0, c1):
+    return np.expm1(x)
+
+
+@rule
+def expm1_grad(x, y, g, c0, c1):
+    return g * (y + 1.0)
+
+
+EXPM1 = define_unary("expm1", "Expm1Backward0", expm1_value, expm1_grad,
+                     samples=unary_samples("expm1", bounded))
+
+
+@rule
+def sqrt_value(x, c0, c1):
+    return np.sqrt(x)
+
+
+@rule
+def sqrt_grad(x, y, g, c0, c1):
+    return g / (2.0 * y)
+
+
+SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, samples=unary_samples("sqrt", positive))
+
+
+@rule
+def rsqrt_value(x, c0, c1):
+    return 1.0 / np.sqrt(x)
+
+
+@rule
+def rsqrt_grad(x, y, g, c0, c1):
+    return -0.5 * g * y * y * y
+
+
+RSQRT = define_unary("rsqrt", "RsqrtBackward0", rsqrt_value, rsqrt_grad,
+                     samples=unary_samples("rsqrt", positive))
+
+
+@rule
+def sin_value(x, c0, c1):
+    return np.sin(x)
+
+
+@rule
+def sin_grad(x, y, g, c0, c1):
+    return g * np.cos(x)
+
+
+SIN = define_unary("sin", "SinBackward0", sin_value, sin_grad, samples=unary_samples("sin", anywhere))
+
+
+@rule
+def cos_value(x, c0, c1):
+    return np.cos(x)
+
+
+@rule
+def cos_grad(x, y, g, c0, c1):
+    return -g * np.sin(x)
+
+
+COS = define_unary("cos", "CosBackward0", cos_value, cos_grad, samples=unary_samples("cos", anywhere))
+
+
+@rule
+def tan_value(x, c0, c1):
+    return np.tan(x)
+
+
+@rule
+def tan_grad(x, y, g, c0, c1):
+    return g * (1.0 + y * y)
+
+
+TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, samples=unary_samples("tan", bounded))
+
+
+@rule
+def tanh_value(x, c0, c1):
+    return np.tanh(x)
+
+
+@rule
+def tanh_grad(x, y, g, c0, c1):
+    return g * (1.0 - y * y)
+
+
+TANH = define_unary("tanh", "TanhBackward0", tanh_value, tanh_grad, samples=unary_samples("tanh", anywhere))
+
+
+@rule
+def sigmoid_value(x, c0, c1):
+    # Two branches so exp never overflows: exact in both float32 and float64.
+    if x >= 0:
+        return 1.0 / (1.0 + np.exp(-x))
+    e = np.exp(x)
+    return e / (1.0 + e)
+
+
+@rule
+def sigmoid_grad(x, y, g, c0, c1):
+    return g * y * (1.0 - y)
+
+
+SIGMOID = define_unary("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
+                       samples=unary_samples("sigmoid", anywhere))
+
+
+@rule
+def relu_value(x, c0, c1):
+    return x if x > 0 else x * 0.0
+
+
+@rule
+def relu_grad(x, y, g, c0, c1):
+    return g if y > 0 else g * 0.0
+
+
+RELU = define_unary("relu", "ReluBackward0", relu_value, relu_grad, samples=unary_samples("relu", away_from_zero))
+
+
+@rule
+def softplus_value(x, c0, c1):
+    # c0 = beta, c1 = threshold: above it softplus is the identity, as in PyTorch.
+    if x * c0 > c1:
+        return x
+    return np.log1p(np.exp(x * c0)) / c0
+
+
+@rule
+def softplus_grad(x, y, g, c0, c1):
+    if x * c0 > c1:
+        return g
+    z = np.exp(x * c0)
+    return g * z / (z + 1.0)
+
+
+SOFTPLUS = define_unary("softplus", "SoftplusBackward0", softplus_value, softplus_grad, nconst=2,
+                        samples=unary_samples("softplus", anywhere,
+                                              lambda tj, x: tj.nn.functional.softplus(x, beta=1.5)))
+
+
+@rule
+def erf_value(x, c0, c1):
+    return math.erf(x)
+
+
+@rule
+def erf_grad(x, y, g, c0, c1):
+    return g * 1.1283791670955126 * np.exp(-x * x)
+
+
+ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_samples("erf", anywhere))
+
+
+@rule
+def clamp_value(x, c0, c1):
+    # c0 = min, c1 = max (+-inf when not given); NaN stays NaN as in PyTorch.
+    if x < c0:
+        return x * 0.0 + c0
+    if x > c1:
+        return x * 0.0 + c1
+    return x
+
+
+@rule
+def clamp_grad(x, y, g, c0, c1):
+    if x >= c0 and x <= c1:
+        return g
+    return g * 0.0
+
+
+CLAMP = define_unary("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
+                     samples=unary_samples("clamp", away_from_zero, lambda tj, x: tj.clamp(x, -0.5, 0.7)))
+
+
+@rule
+def gelu_value(x, c0, c1):
+    return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+
+
+@rule
+def gelu_grad(x, y, g, c0, c1):
+    cdf = 0.5 * (1.0 + math.erf(x * 0.7071067811865476))
+    pdf = 0.3989422804014327 * np.exp(-0.5 * x * x)
+    return g * (cdf + x * pdf)
+
+
+GELU = define_unary("gelu", "GeluBackward0", gelu_value, gelu_grad,
+                    samples=unary_samples("gelu", anywhere, lambda tj, x: tj.nn.functional.gelu(x)))
+
+
+@rule
+def gelu_tanh_value(x, c0, c1):
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + np.tanh(inner))
+
+
+@rule
+def gelu_tanh_grad(x, y, g, c0, c1):
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    t = np.tanh(inner)
+    dinner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
+
+
+GELU_TANH = define_unary("gelu_tanh", "GeluBackward0", gelu_tanh_value, gelu_tanh_grad,
+                         samples=unary_samples("gelu_tanh", anywhere,
+                                               lambda tj, x: tj.nn.functional.gelu(x, approximate="tanh")))
+
+
+@rule
+def leaky_relu_value(x, c0, c1):
+    return x if x > 0 else x * c0
+
+
+@rule
+def leaky_relu_grad(x, y, g, c0, c1):
+    return g if x > 0 else g * c0
+
+
+LEAKY_RELU = define_unary("leaky_relu", "LeakyReluBackward0", leaky_relu_value, leaky_relu_grad, nconst=1,
+                          samples=unary_samples("leaky_relu", away_from_zero,
+                                                lambda tj, x: tj.nn.functional.leaky_relu(x, 0.1)))
+
+
+# ---- front ends ---------------------------------------------------------------------------
+# (Defined after all rules so the opcodes above stay in one block.)
+import numpy as _np  # noqa: E402
+
+from tapejit.api import export  # noqa: E402
+from tapejit.recording import record_unary  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+def _unary_front(op, public, int_numpy=None):
+    def front(input):
+        if not input._dtype.is_floating_point and int_numpy is not None:
+            return _concrete(_np.asarray(int_numpy(input._value())))
+        return record_unary(op, input)
+    front.__name__ = front.__qualname__ = public
+    front.__doc__ = f"Elementwise {public} (grad_fn {op.node})."
+    return front
+
+
+for _op, _name, _int in [(NEG, "neg", _np.negative), (ABS, "abs", _np.abs), (SIGN, "sign", _np.sign),
+                         (EXP, "exp", None), (LOG, "log", None), (LOG1P, "log1p", None),
+                         (EXPM1, "expm1", None), (SQRT, "sqrt", None), (RSQRT, "rsqrt", None),
+                         (SIN, "sin", None), (COS, "cos", None), (TAN, "tan", None), (TANH, "tanh", None),
+                         (SIGMOID, "sigmoid", None), (RELU, "relu", lambda v: _np.maximum(v, 0)),
+                         (ERF, "erf", None)]:
+    globals()[_name] = export(_unary_front(_op, _name, _int), method=True)
+export(_unary_front(NEG, "negative", _np.negative), method=True)
+export(_unary_front(NEG, "neg", _np.negative), name="__neg__", method=False, function=False,
+       dunders=("__neg__",))
+export(_unary_front(ABS, "abs", _np.abs), function=False, dunders=("__abs__",))
+
+
+@export(method=True)
+def clamp(input, min=None, max=None):
+    """Clamp into ``[min, max]``; the gradient passes where ``min <= x <= max``."""
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    from tapejit.tensor import Tensor
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        from tapejit.ops.binary import maximum, minimum
+        out = input
+        if min is not None:
+            out = maximum(out, min if isinstance(min, Tensor) else out * 0 + min)
+        if max is not None:
+            out = minimum(out, max if isinstance(max, Tensor) else out * 0 + max)
+        return out
+    if not input._dtype.is_floating_point:
+        return _concrete(_np.clip(input._value(), min, max))
+    lo = -_np.inf if min is None else float(min)
+    hi = _np.inf if max is None else float(max)
+    return record_unary(CLAMP, input, lo, hi)
+
+
+export(clamp, name="clip", method=True)
+
+
+@export(method=True)
+def clamp_(input, min=None, max=None):
+    from tapejit.inplace import apply_inplace
+    return apply_inplace(input, clamp(input, min, max), "clamp_")
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return record_unary(SOFTPLUS, input, float(beta), float(threshold))
+
+
+def gelu(input, approximate="none"):
+    if approximate == "tanh":
+        return record_unary(GELU_TANH, input)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return record_unary(GELU, input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return record_unary(LEAKY_RELU, input, float(negative_slope))
+

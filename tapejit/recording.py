@@ -1,0 +1,243 @@
+"""Recording: turning an op call into one record on the thread's tape.
+
+These functions are the hot path of eager mode.  They resolve operands to arena
+offsets (loading leaves and constants on first use), apply PyTorch's type promotion
+and broadcasting, append the six record fields, and return the lazily-valued result.
+Ops on integer or bool tensors never need gradients; they are computed at once with
+NumPy and give concrete tensors.
+"""
+import numpy as np
+
+from tapejit import dtypes
+from tapejit.tape import state, current
+from tapejit.tensor import Tensor, _taped, _concrete
+
+_is_float = {dtypes.float64: True, dtypes.float32: True, dtypes.int64: False, dtypes.bool_: False}
+
+
+def as_tensor_operand(x, like=None):
+    """A Python scalar, list or NumPy array used as an operand becomes a constant tensor."""
+    if isinstance(x, Tensor):
+        return x
+    from tapejit.creation import _to_array
+    arr = _to_array(x, None)
+    if like is not None and arr.dtype == np.float64 and not isinstance(x, np.ndarray):
+        arr = arr.astype(like._dtype.np if like._dtype.is_floating_point else dtypes.get_default_dtype().np)
+    return _concrete(arr)
+
+
+def operand(tape, t, dt):
+    """Arena offset of ``t`` as float dtype ``dt`` on ``tape``."""
+    if t._dtype is dt:
+        if t._tape is tape:
+            return t._off
+        return tape.load(t, dt)
+    if t._dtype.is_floating_point and (t._rg or t._tape is not None):
+        c = cast(t, dt)
+        return c._off if c._tape is tape else tape.load(c, dt)
+    return tape.load(t, dt)
+
+
+def result_dtype(x, y):
+    """torch.result_type for two tensors: 0-d tensors do not promote within a category."""
+    dx, dy = x._dtype, y._dtype
+    if dx is dy:
+        return dx
+    fx, fy = dx.is_floating_point, dy.is_floating_point
+    if fx != fy:
+        return dx if fx else dy
+    xs, ys = len(x._shape) == 0, len(y._shape) == 0
+    if xs != ys:
+        return dy if xs else dx
+    return dtypes.promote(dx, dy)
+
+
+def broadcast_shapes(op, xs, ys):
+    n = max(len(xs), len(ys))
+    a = (1,) * (n - len(xs)) + tuple(xs)
+    b = (1,) * (n - len(ys)) + tuple(ys)
+    out = []
+    for i, (p, q) in enumerate(zip(a, b)):
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        else:
+            raise RuntimeError(
+                f"{op}: the size of tensor a ({p}) must match the size of tensor b ({q}) at "
+                f"non-singleton dimension {i} (shapes {list(xs)} and {list(ys)})")
+    return tuple(out)
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# ---- elementwise -------------------------------------------------------------------------
+
+def record_unary(op, x, c0=0.0, c1=0.0):
+    dt = x._dtype
+    if not _is_float[dt]:
+        dt = dtypes.get_default_dtype()
+    tape = state.tape or current()
+    rg = x._rg and state.grad
+    xo = x._off if (x._tape is tape and x._dtype is dt) else operand(tape, x, dt)
+    n = x._numel
+    d = dt.arena
+    cur = tape.cursor
+    off = cur[d]
+    cur[d] = off + (n or 1)
+    if op.nconst:
+        q = tape.nfloats + len(tape.pfloats)
+        tape.pfloats += (c0, c1)
+    else:
+        q = 0
+    tape.recs += (op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
+    return _taped(tape, off, x._shape, n, dt, rg)
+
+
+def record_binary(op, x, y, numpy_fallback=None):
+    """``op`` on two tensors with broadcasting; ints/bools go to ``numpy_fallback``."""
+    dt = x._dtype
+    if dt is not y._dtype or not _is_float[dt]:
+        dt = result_dtype(x, y)
+        if not dt.is_floating_point:
+            if numpy_fallback is None:
+                raise TypeError(f"{op.name}: not supported for {dt} tensors")
+            return _concrete(np.asarray(numpy_fallback(x._value(), y._value())))
+    tape = state.tape or current()
+    rg = (x._rg or y._rg) and state.grad
+    xs = x._shape
+    ys = y._shape
+    if xs == ys:
+        shape = xs
+        q = 0
+    elif y._numel == 1 and len(ys) <= len(xs):
+        shape = xs
+        q = 2
+    elif x._numel == 1 and len(xs) <= len(ys):
+        shape = ys
+        q = 1
+    else:
+        shape = broadcast_shapes(op.name, xs, ys)
+        q = 0
+        if xs != shape:
+            x = expand(x, shape)
+        if ys != shape:
+            y = expand(y, shape)
+    n = x._numel if q != 1 else y._numel
+    xo = x._off if (x._tape is tape and x._dtype is dt) else operand(tape, x, dt)
+    yo = y._off if (y._tape is tape and y._dtype is dt) else operand(tape, y, dt)
+    d = dt.arena
+    cur = tape.cursor
+    off = cur[d]
+    cur[d] = off + (n or 1)
+    tape.recs += (op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
+                  yo if (rg and y._rg) else ~yo, n, q)
+    return _taped(tape, off, shape, n, dt, rg)
+
+
+def record(op, inputs, shape, dt, p=0, q=0, grads=None):
+    """A kernel record with up to two tensor operands (``inputs``) of float dtype ``dt``.
+
+    ``grads`` overrides which operands can receive gradient (default: those requiring it).
+    """
+    tape = state.tape or current()
+    enabled = state.grad
+    fields = [-1, -1]
+    rg = False
+    for i, t in enumerate(inputs):
+        off = t._off if (t._tape is tape and t._dtype is dt) else operand(tape, t, dt)
+        wants = enabled and t._rg and (grads is None or grads[i])
+        rg = rg or wants
+        fields[i] = off if wants else ~off
+    n = _numel(shape)
+    d = dt.arena
+    cur = tape.cursor
+    off = cur[d]
+    cur[d] = off + (n or 1)
+    tape.recs += (op.opcode * 2 + d, off, fields[0], fields[1], p, q)
+    return _taped(tape, off, tuple(shape), n, dt, rg)
+
+
+def encode_operand(tape, t, dt):
+    """Operand field for operands listed in ``ints`` (cat/stack)."""
+    off = t._off if (t._tape is tape and t._dtype is dt) else operand(tape, t, dt)
+    return off if (state.grad and t._rg) else ~off
+
+
+def float_input(x):
+    """Ops that only make sense on floats (exp, softmax, ...) promote ints as torch does."""
+    if _is_float[x._dtype]:
+        return x
+    return _concrete(x._value().astype(dtypes.get_default_dtype().np))
+
+
+# ---- dtype casts and broadcasting -------------------------------------------------------
+
+def cast(x, dt):
+    """``x.to(dt)``: a record when the value is differentiable or lazy, NumPy otherwise."""
+    from tapejit.ops.core import CAST
+    if x._dtype is dt:
+        return x
+    if not dt.is_floating_point or not x._dtype.is_floating_point:
+        return _concrete(x._value().astype(dt.np))
+    if x._tape is None and not x._rg:
+        return _concrete(x._data.astype(dt.np))
+    tape = state.tape or current()
+    src = operand(tape, x, x._dtype)
+    rg = x._rg and state.grad
+    n = x._numel
+    off = tape.alloc(dt.arena, n)
+    tape.recs += (CAST.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
+    return _taped(tape, off, x._shape, n, dt, rg)
+
+
+def contiguous_strides(shape):
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+def expand(x, shape):
+    """Broadcast ``x`` to ``shape`` (the gradient sums back over broadcast dims)."""
+    from tapejit.ops.movement import strided_view, EXPAND
+    shape = tuple(shape)
+    xs = x._shape
+    if len(shape) < len(xs):
+        raise RuntimeError(
+            f"expand: the number of sizes provided ({len(shape)}) must be greater or equal to the "
+            f"number of dimensions in the tensor ({len(xs)})")
+    lead = len(shape) - len(xs)
+    src_strides = contiguous_strides(xs)
+    strides = []
+    sizes = []
+    for i, size in enumerate(shape):
+        if i < lead:
+            if size == -1:
+                raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+            strides.append(0)
+            sizes.append(size)
+            continue
+        own = xs[i - lead]
+        if size == -1:
+            size = own
+        if own == size:
+            strides.append(src_strides[i - lead])
+        elif own == 1:
+            strides.append(0)
+        else:
+            raise RuntimeError(
+                f"expand: the expanded size of the tensor ({size}) must match the existing size "
+                f"({own}) at non-singleton dimension {i}.  Target sizes: {list(shape)}.  "
+                f"Tensor sizes: {list(xs)}")
+        sizes.append(size)
+    if tuple(sizes) == xs:
+        return x
+    return strided_view(EXPAND, x, tuple(sizes), tuple(strides), 0)

@@ -1,0 +1,106 @@
+"""The op registry: every differentiable op is defined once, with all its parts.
+
+An op module calls one of the ``define_*`` functions right after writing the op's
+compiled rules.  The registry assigns the opcode, and ``tapejit/codegen.py`` derives the
+forward and backward sweeps' dispatch from it, so no second list of ops is kept by hand.
+
+Kinds of op, each with the rule shapes the sweep generator knows how to loop over:
+
+``unary``   elementwise ``y = value(x, c0, c1)`` with ``dx = grad(x, y, g, c0, c1)``; ``c0``,
+            ``c1`` are static float parameters (a Python scalar operand, softplus's beta).
+``binary``  elementwise ``z = value(x, y)`` with ``dx = grad_x(x, y, z, g)``,
+            ``dy = grad_y(x, y, z, g)``; a size-1 operand broadcasts with stride 0.
+``kernel``  a whole-record forward ``(v, out, a, b, p, q, ints, floats)`` and backward
+            ``(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)`` kernel pair.
+``load``    brings a leaf, a constant or another tape's tensor into the arena (no kernel).
+"""
+import hashlib
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+
+@dataclass
+class Op:
+    name: str
+    node: str                      # PyTorch's grad_fn name, e.g. "MulBackward0"
+    kind: str                      # "unary" | "binary" | "kernel" | "load" | "cast"
+    saves: bool = True             # backward reads saved values (freed-graph / in-place errors)
+    value: Optional[Callable] = None
+    grad: Optional[Callable] = None
+    grad_x: Optional[Callable] = None
+    grad_y: Optional[Callable] = None
+    forward: Optional[Callable] = None
+    backward: Optional[Callable] = None
+    nconst: int = 0
+    # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
+    # exercise the op through the public API; the gradient tests run every case.
+    samples: Optional[Callable] = None
+    opcode: int = -1
+    module: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+OPS: list = []
+BY_NAME: dict = {}
+
+
+def _register(op):
+    if op.name in BY_NAME:
+        raise ValueError(f"op {op.name!r} is defined twice")
+    op.opcode = len(OPS)
+    OPS.append(op)
+    BY_NAME[op.name] = op
+    return op
+
+
+def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None):
+    return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
+                        nconst=nconst, samples=samples, module=value.py_func.__module__))
+
+
+def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None):
+    return _register(Op(name, node, "binary", saves=saves, value=value, grad_x=grad_x,
+                        grad_y=grad_y, samples=samples, module=value.py_func.__module__))
+
+
+def define_kernel(name, node, forward, backward, saves=True, samples=None):
+    return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
+                        samples=samples, module=forward.py_func.__module__))
+
+
+def define_special(name, node, kind, saves=False, samples=None):
+    return _register(Op(name, node, kind, saves=saves, samples=samples))
+
+
+def same_kernels(name, node, like, saves=None, samples=None):
+    """A second op name (its own grad_fn name) running another op's kernels."""
+    op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
+            value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
+            forward=like.forward, backward=like.backward, nconst=like.nconst,
+            samples=samples, module=like.module)
+    return _register(op)
+
+
+def _compiled_functions(op):
+    return [fn for fn in (op.value, op.grad, op.grad_x, op.grad_y, op.forward, op.backward)
+            if fn is not None]
+
+
+def registry_hash():
+    """Hash of everything compiled into the sweeps: each op's kernels and rules (their
+    source text), the op table, the shared kernel helpers, the generator and the Numba
+    options.  Front-end code in op modules does not count, so editing it recompiles nothing."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for f in (here / "codegen.py", here / "_jit.py", here / "ops" / "_kernel_helpers.py"):
+        h.update(f.read_bytes())
+    seen = set()
+    for op in OPS:
+        h.update(f"{op.opcode}:{op.name}:{op.kind}:{op.nconst}:{op.saves};".encode())
+        for fn in _compiled_functions(op):
+            if fn.py_func not in seen:
+                seen.add(fn.py_func)
+                h.update(inspect.getsource(fn.py_func).encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,311 @@
+"""The flat Wengert tape: records in NumPy columns, values in per-dtype arenas.
+
+Record layout (one row of ``Tape.rec``, six int64 fields)::
+
+    code  = opcode << 1 | (1 if float32 else 0)
+    out   = arena offset of the result
+    a, b  = arena offsets of the operands; ``~offset`` (< 0) when that operand needs no
+            gradient, -1 when there is no operand
+    p, q  = static parameters: an element count, or an index into ``ints`` (layouts,
+            index arrays) or ``floats`` (Python scalars, softplus's beta, ...)
+
+Every value lives in one arena per float dtype at its ``out`` offset, so a slot is an
+offset and the sweeps need no table.  Recording appends to plain Python lists (the
+cheapest append CPython has); ``flush()`` moves them into the NumPy columns, which grow
+by doubling, and runs the compiled forward over the new records.  Values are computed
+lazily: a tensor's value is needed only when Python reads it or ``backward()`` runs.
+Leaves and constants are copied into the arena when first used (``load``), so a later
+in-place change of the source cannot change what the graph computed.
+
+One tape per thread (``current()``).  After ``backward()`` without ``retain_graph`` the
+thread moves on to a fresh tape; a finished tape whose tensors are all gone is rewound
+and reused, keeping its buffers, so a training loop allocates nothing per step.
+"""
+import sys
+import threading
+
+import numpy as np
+
+from tapejit.dtypes import float32, float64
+
+_ARENA_DTYPES = (np.float64, np.float32)
+_TAPE_DTYPES = (float64, float32)
+
+
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.tape = None
+        self.grad = True
+        self.pool = []
+        self.anomaly = False
+
+
+state = _ThreadState()
+_serial = [0]
+_sweeps = []
+
+
+def sweeps():
+    """The generated compiled sweeps (loaded, and if needed regenerated, on first use)."""
+    if not _sweeps:
+        from tapejit.codegen import load_sweeps
+        _sweeps.append(load_sweeps())
+    return _sweeps[0]
+
+
+class Tape:
+    __slots__ = ("recs", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
+                 "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "grad_loads",
+                 "serial", "thread", "hooks", "retained", "poisoned", "_producers", "__weakref__")
+
+    def __init__(self):
+        self.rec = np.zeros((256, 6), np.int64)
+        self.ints = np.zeros(256, np.int64)
+        self.floats = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
+        self.vals = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
+        self.adj = [np.zeros(0, np.float64), np.zeros(0, np.float32)]
+        self.flags = [np.zeros(0, np.uint8), np.zeros(0, np.uint8)]
+        self.freed = np.zeros(256, np.uint8)
+        self.reset()
+
+    def reset(self):
+        """Forget all records and values but keep the buffers for reuse."""
+        self.recs = []
+        self.pints = []
+        self.pfloats = []
+        self.nrec = 0
+        self.nints = 0
+        self.nfloats = 2  # floats[0:2] stay 0.0 (unused constants read as 0)
+        self.cursor = [0, 0]
+        self.sources = []
+        self.loaded = {}
+        self.grad_loads = []
+        self.hooks = None
+        self.retained = None
+        self.poisoned = None
+        self._producers = None
+        self.freed[:] = 0
+        _serial[0] += 1
+        self.serial = _serial[0]
+        self.thread = threading.get_ident()
+
+    # ---- recording helpers ---------------------------------------------------------------
+
+    @property
+    def n_records(self):
+        return self.nrec + len(self.recs) // 6
+
+    def add_ints(self, values):
+        """Append static ints; returns their index in ``ints``."""
+        at = self.nints + len(self.pints)
+        self.pints.extend(values)
+        return at
+
+    def add_floats(self, c0, c1=0.0):
+        at = self.nfloats + len(self.pfloats)
+        self.pfloats += (c0, c1)
+        return at
+
+    def alloc(self, arena, n):
+        off = self.cursor[arena]
+        self.cursor[arena] = off + (n if n > 0 else 1)
+        return off
+
+    def load(self, t, dt):
+        """Arena offset of tensor ``t`` as dtype ``dt`` on this tape, copying it in if needed."""
+        from tapejit.ops.core import LOAD
+        key = id(t)
+        version = getattr(t, "_version", 0)
+        hit = self.loaded.get((key, dt.arena))
+        if hit is not None and hit[1] == version and hit[2] is t:
+            return hit[0]
+        src_tape = t._tape
+        if src_tape is None:
+            value = t._data
+        else:
+            if src_tape.thread != self.thread:
+                raise RuntimeError(
+                    "a tensor recorded on another thread's tape was used on this thread; "
+                    "detach() it (or pass the leaf tensors instead): each thread records its own graph")
+            src_tape.flush()
+            value = src_tape.value(t)
+        n = t._numel
+        d = dt.arena
+        off = self.alloc(d, n)
+        self._ensure_arena(d, self.cursor[d])
+        if n == 1:
+            self.vals[d][off] = value.reshape(-1)[0] if value.ndim else value[()]
+        elif n:
+            self.vals[d][off:off + n] = value.reshape(-1)
+        index = len(self.sources)
+        self.sources.append(t)
+        needs_grad = t._rg and state.grad and dt is t._dtype
+        if needs_grad:
+            self.grad_loads.append((index, d, off))
+        self.recs += (LOAD.opcode * 2 + d, off, -1, -1, index, n)
+        self.loaded[(key, d)] = (off, version, t)
+        return off
+
+    # ---- storage -------------------------------------------------------------------------
+
+    def _ensure_arena(self, d, need):
+        vals = self.vals[d]
+        if need > len(vals):
+            grown = np.empty(max(need, 2 * len(vals)), _ARENA_DTYPES[d])
+            grown[:len(vals)] = vals
+            self.vals[d] = grown
+
+    def ensure_adjoints(self):
+        for d in (0, 1):
+            need = len(self.vals[d])
+            if len(self.adj[d]) < need:
+                self.adj[d] = np.empty(need, _ARENA_DTYPES[d])
+                flags = np.zeros(need, np.uint8)
+                old = self.flags[d]
+                flags[:len(old)] = old
+                self.flags[d] = flags
+
+    def value(self, t):
+        """The (flushed) value of taped tensor ``t`` as a view into the arena."""
+        d = t._dtype.arena
+        return self.vals[d][t._off:t._off + t._numel].reshape(t._shape)
+
+    # ---- flush: pending lists -> columns, then the compiled forward ----------------------
+
+    def flush(self):
+        recs = self.recs
+        if not recs:
+            return
+        lo = self.nrec
+        new = np.array(recs, dtype=np.int64).reshape(-1, 6)
+        recs.clear()
+        hi = lo + len(new)
+        if hi > len(self.rec):
+            size = max(hi, 2 * len(self.rec))
+            self.rec = _grown(self.rec, size, lo)
+            freed = np.zeros(size, np.uint8)
+            freed[:lo] = self.freed[:lo]
+            self.freed = freed
+        self.rec[lo:hi] = new
+        if self.pints:
+            end = self.nints + len(self.pints)
+            if end > len(self.ints):
+                self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), self.nints)
+            self.ints[self.nints:end] = self.pints
+            self.pints.clear()
+            self.nints = end
+        if self.pfloats:
+            end = self.nfloats + len(self.pfloats)
+            if end > len(self.floats[0]):
+                size = max(end, 2 * len(self.floats[0]))
+                self.floats = [_grown(f, size, self.nfloats) for f in self.floats]
+            chunk = np.array(self.pfloats, np.float64)
+            self.floats[0][self.nfloats:end] = chunk
+            self.floats[1][self.nfloats:end] = chunk
+            self.pfloats.clear()
+            self.nfloats = end
+        for d in (0, 1):
+            self._ensure_arena(d, self.cursor[d])
+        self.nrec = hi
+        self._producers = None
+        self._run_forward(lo, hi)
+
+    def _run_forward(self, lo, hi):
+        from tapejit.ops.core import CAST
+        sw = sweeps()
+        for start, end, kind in segments(self.rec, lo, hi, CAST.opcode):
+            if kind == "cast":
+                self._cast_forward(start)
+            else:
+                sw.forward(self.rec, start, end, self.vals[kind], self.ints, self.floats[kind])
+
+    def _cast_forward(self, r):
+        code, out, a, _, n, _ = self.rec[r]
+        dst = code & 1
+        src = 1 - dst
+        a = a if a >= 0 else ~a
+        self.vals[dst][out:out + n] = self.vals[src][a:a + n]
+
+    # ---- graph queries (slow path: grad_fn, hooks) ---------------------------------------
+
+    def producer(self, arena, off):
+        """Index of the record whose result is at ``off`` in arena ``arena``."""
+        self.flush()
+        if self._producers is None:
+            rec = self.rec[:self.nrec]
+            keys = rec[:, 1] * 2 + (rec[:, 0] & 1)
+            self._producers = dict(zip(keys.tolist(), range(self.nrec)))
+        return self._producers.get(off * 2 + arena)
+
+
+def _grown(arr, size, keep):
+    out = np.zeros((size,) + arr.shape[1:], arr.dtype)
+    out[:keep] = arr[:keep]
+    return out
+
+
+def segments(rec, lo, hi, cast_opcode, stops=()):
+    """Split records [lo, hi) into runs the compiled sweeps can take: one dtype, no casts.
+
+    Yields ``(start, end, arena)`` or ``(r, r + 1, "cast")``; ``stops`` are extra record
+    indices at which a run must begin (hooks need Python between runs).
+    """
+    if hi <= lo:
+        return
+    codes = rec[lo:hi, 0]
+    bits = codes & 1
+    casts = (codes >> 1) == cast_opcode
+    if not stops and not casts.any() and bits.min() == bits.max():
+        yield lo, hi, int(bits[0])
+        return
+    cut = np.zeros(hi - lo + 1, bool)
+    cut[0] = cut[-1] = True
+    cut[1:-1] |= bits[1:] != bits[:-1]
+    where = np.flatnonzero(casts)
+    cut[where] = True
+    cut[where + 1] = True
+    for s in stops:
+        if lo < s < hi:
+            cut[s - lo] = True
+    edges = np.flatnonzero(cut) + lo
+    for start, end in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        if casts[start - lo]:
+            yield start, end, "cast"
+        else:
+            yield start, end, int(bits[start - lo])
+
+
+def current():
+    """This thread's tape, creating (or reusing a finished) one when needed."""
+    tape = state.tape
+    if tape is None:
+        tape = _fresh_tape()
+        state.tape = tape
+    return tape
+
+
+def _fresh_tape():
+    pool = state.pool
+    for i in range(len(pool)):
+        old = pool[i]
+        # Reusable when nothing outside the pool refers to the tape or its arenas (a
+        # tensor, a grad_fn node, or a NumPy view handed to the user).  The counts are
+        # the pool's, this frame's and getrefcount's own references.
+        if (sys.getrefcount(old) <= 3 and sys.getrefcount(old.vals[0]) <= 2
+                and sys.getrefcount(old.vals[1]) <= 2):
+            del pool[i]
+            old.reset()
+            return old
+    return Tape()
+
+
+def retire_current():
+    """Called after a backward that freed the graph: later ops start on a fresh tape."""
+    tape = state.tape
+    if tape is None:
+        return
+    state.tape = None
+    pool = state.pool
+    pool.append(tape)
+    if len(pool) > 4:
+        del pool[0]

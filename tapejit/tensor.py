@@ -1,0 +1,399 @@
+"""The Tensor: a view of a value either on a tape (``_tape``/``_off``) or in its own
+NumPy array (``_data``: leaves, constants, gradients).
+
+A taped tensor's value is computed when first read (``tape.flush()``).  The attributes
+set on every recorded op are few on purpose: recording a scalar op should cost well under
+a microsecond and create one GC-tracked object.
+"""
+import warnings
+
+import numpy as np
+
+from tapejit import dtypes
+from tapejit.tape import state
+
+_new = object.__new__
+
+
+class Size(tuple):
+    """``tensor.shape``: a tuple that also knows ``numel()``, as torch.Size."""
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"tapejit.Size({list(self)})"
+
+
+def _taped(tape, off, shape, numel, dt, rg):
+    t = _new(Tensor)
+    t._tape = tape
+    t._off = off
+    t._shape = shape
+    t._numel = numel
+    t._dtype = dt
+    t._rg = rg
+    return t
+
+
+def _concrete(array, rg=False):
+    """A tensor owning ``array`` (which must already have a tapejit dtype)."""
+    t = _new(Tensor)
+    t._tape = None
+    t._off = 0
+    t._data = array
+    t._shape = array.shape
+    t._numel = array.size
+    t._dtype = dtypes.from_numpy_dtype(array.dtype)
+    t._rg = rg
+    return t
+
+
+_NON_LEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+    "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. "
+    "If you access the non-leaf Tensor by mistake, make sure you access the leaf Tensor "
+    "instead.")
+
+
+class Tensor:
+    __slots__ = ("_tape", "_off", "_data", "_shape", "_numel", "_dtype", "_rg", "_grad",
+                 "_version", "_hooks", "_retains", "_node", "__weakref__")
+
+    # Make NumPy defer to our reflected operators (``ndarray * tensor``) and ufunc hooks.
+    __array_priority__ = 1000
+
+    def __init__(self, data=None, dtype=None):
+        from tapejit.creation import _to_array
+        arr = _to_array([] if data is None else data, dtype)
+        self._tape = None
+        self._off = 0
+        self._data = arr
+        self._shape = arr.shape
+        self._numel = arr.size
+        self._dtype = dtypes.from_numpy_dtype(arr.dtype)
+        self._rg = False
+
+    # ---- values ----------------------------------------------------------------------------
+
+    def _value(self):
+        """The value as a NumPy array (a view; computes pending records first)."""
+        tape = self._tape
+        if tape is None:
+            return self._data
+        tape.flush()
+        return tape.value(self)
+
+    def numpy(self, force=False):
+        if self._rg and not force:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self._value()
+
+    def __array__(self, dtype=None, copy=None):
+        v = self._value()
+        if dtype is not None:
+            v = v.astype(dtype, copy=False)
+        return v.copy() if copy else v
+
+    def item(self):
+        if self._numel != 1:
+            raise RuntimeError(
+                f"a Tensor with {self._numel} elements cannot be converted to Scalar")
+        return self._value().reshape(-1)[0].item()
+
+    def tolist(self):
+        return self._value().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self._dtype.is_floating_point:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self._numel != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __hash__(self):
+        return id(self)
+
+    # ---- metadata --------------------------------------------------------------------------
+
+    @property
+    def shape(self):
+        return Size(self._shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_wrap_dim(dim, len(self._shape), "size")]
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    def dim(self):
+        return len(self._shape)
+
+    def numel(self):
+        return self._numel
+
+    def nelement(self):
+        return self._numel
+
+    @property
+    def device(self):
+        return "cpu"
+
+    def is_floating_point(self):
+        return self._dtype.is_floating_point
+
+    def element_size(self):
+        return self._dtype.itemsize
+
+    @property
+    def data(self):
+        """The value without history, sharing memory (as ``torch``'s ``.data``)."""
+        return _concrete(self._value())
+
+    @data.setter
+    def data(self, other):
+        arr = np.asarray(other._value() if isinstance(other, Tensor) else other)
+        if self._tape is not None:
+            raise RuntimeError("tapejit can only assign .data of a leaf tensor")
+        _before_write(self)
+        self._data = arr.astype(self._dtype.np, copy=False)
+        self._shape = self._data.shape
+        self._numel = self._data.size
+        self._version = getattr(self, "_version", 0) + 1
+
+    # ---- autograd attributes ---------------------------------------------------------------
+
+    @property
+    def requires_grad(self):
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        if self._tape is not None and self._rg and not requires_grad:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach().")
+        if requires_grad and not self._dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if self._tape is not None and requires_grad and not self._rg:
+            raise RuntimeError(
+                "tapejit: requires_grad_() on a computed tensor; use .detach().requires_grad_()")
+        self._rg = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self):
+        return self._tape is None or not self._rg
+
+    @property
+    def grad(self):
+        if self._tape is not None and self._rg and not getattr(self, "_retains", False):
+            warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
+            return None
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
+        if value is not None and value._shape != self._shape:
+            raise RuntimeError(
+                f"assigned grad has data of a different size: got {list(value._shape)}, "
+                f"expected {list(self._shape)}")
+        self._grad = value
+
+    @property
+    def retains_grad(self):
+        return getattr(self, "_retains", False)
+
+    def retain_grad(self):
+        if self._tape is None or not self._rg:
+            if not self._rg:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return  # leaves keep .grad anyway
+        self._retains = True
+        tape = self._tape
+        if tape.retained is None:
+            tape.retained = {}
+        tape.retained[(self._dtype.arena, self._off)] = self
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor
+        replaces the gradient.  Returns a handle with ``remove()``."""
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        hooks = getattr(self, "_hooks", None)
+        if hooks is None:
+            hooks = self._hooks = []
+        hooks.append(hook)
+        if self._tape is not None:
+            tape = self._tape
+            if tape.hooks is None:
+                tape.hooks = {}
+            tape.hooks[(self._dtype.arena, self._off)] = self
+        return _HookHandle(hooks, hook)
+
+    @property
+    def grad_fn(self):
+        if self._tape is None or not self._rg:
+            return None
+        from tapejit.graph import node_for
+        return node_for(self)
+
+    @property
+    def _version_counter(self):
+        return getattr(self, "_version", 0)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from tapejit.engine import backward
+        backward([self], None if gradient is None else [gradient], retain_graph, create_graph,
+                 inputs=inputs)
+
+    def detach(self):
+        """Same value, no history.  Shares the value (a leaf's array, or the arena slot)."""
+        if self._tape is None:
+            t = _concrete(self._data)
+        else:
+            t = _taped(self._tape, self._off, self._shape, self._numel, self._dtype, False)
+        return t
+
+    def detach_(self):
+        if self._tape is not None:
+            raise RuntimeError("tapejit: detach_() is only supported on leaf tensors")
+        self._rg = False
+        return self
+
+    # ---- conversions -----------------------------------------------------------------------
+
+    def to(self, *args, **kwargs):
+        dt = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, (dtypes.dtype, type, np.dtype)):
+                dt = a
+            elif isinstance(a, Tensor):
+                dt = a._dtype
+        if dt is None:
+            return self
+        from tapejit.recording import cast
+        return cast(self, dtypes.as_dtype(dt))
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"tapejit.{self._dtype.name}"
+        return self.to(dtype)
+
+    def float(self):
+        return self.to(dtypes.float32)
+
+    def double(self):
+        return self.to(dtypes.float64)
+
+    def long(self):
+        return self.to(dtypes.int64)
+
+    def int(self):
+        return self.to(dtypes.int64)
+
+    def bool(self):
+        return self.to(dtypes.bool_)
+
+    def cpu(self):
+        return self
+
+    def contiguous(self):
+        return self
+
+    def is_contiguous(self):
+        return True
+
+    # ---- printing --------------------------------------------------------------------------
+
+    def __repr__(self):
+        from tapejit.printing import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self._numel == 1 and not self._shape:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        from tapejit.ops.movement import unbind
+        return iter(unbind(self, 0))
+
+    def __reduce__(self):
+        return (_rebuild, (np.array(self._value()), self._rg))
+
+    def __deepcopy__(self, memo):
+        if self._tape is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol")
+        t = _concrete(self._data.copy(), self._rg)
+        g = getattr(self, "_grad", None)
+        if g is not None:
+            t._grad = _concrete(g._value().copy())
+        memo[id(self)] = t
+        return t
+
+
+def _rebuild(array, rg):
+    return _concrete(array, rg)
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def _wrap_dim(dim, ndim, op):
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(
+            f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
+def _before_write(t):
+    """A leaf is about to change in place: bump its version and let tapes notice."""
+    from tapejit.inplace import note_leaf_write
+    note_leaf_write(t)
