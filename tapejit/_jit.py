@@ -14,7 +14,7 @@ _COMMON = dict(error_model="numpy", nogil=True)
 
 def rule(fn):
     """A scalar forward value or derivative rule, compiled into the sweeps."""
-    return njit(inline="always", **_COMMON)(fn)
+    return njit(**_COMMON)(fn)
 
 
 def kernel(fn):

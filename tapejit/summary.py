@@ -1,0 +1,28 @@
+"""A printable table of a tensor's tape records (what the demo prints)."""
+from tapejit import registry
+
+
+def tape_table(t):
+    """The records that ``t`` depends on, oldest first, one line each."""
+    tape = t._tape
+    if tape is None:
+        return "(a leaf: no records)"
+    tape.flush()
+    rec = tape.rec[:tape.nrec]
+    end = tape.producer(t._dtype.arena, t._off)
+    lines = [f"{'#':>3}  {'op':<12} {'node':<18} {'out':>5} {'a':>6} {'b':>6}  value"]
+    for r in range(end + 1):
+        code, out, a, b, p, q = (int(v) for v in rec[r])
+        op = registry.OPS[code >> 1]
+        d = code & 1
+        n = q if op.kind == "load" else max(p, 1) if op.kind in ("unary", "binary") else 1
+        value = tape.vals[d][out:out + min(n, 3)].tolist()
+        shown = ", ".join(f"{v:.4g}" for v in value) + (", ..." if n > 3 else "")
+        lines.append(f"{r:>3}  {op.name:<12} {op.node:<18} {out:>5} {_operand(a):>6} {_operand(b):>6}  [{shown}]")
+    return "\n".join(lines)
+
+
+def _operand(x):
+    if x == -1:
+        return "-"
+    return f"{x}" if x >= 0 else f"({~x})"
