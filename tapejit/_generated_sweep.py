@@ -4,35 +4,15 @@ Forward and backward dispatch over the flat tape.  A record is six int64 fields:
 (opcode << 1 | float32, out, a, b, p, q).  Operand offsets < 0 are ~offset and
 mean "no gradient needed".  See tapejit/tape.py for the layout.
 """
+import math  # noqa: F401  (used by inlined rules)
+
 import numpy as np
 
 from tapejit._jit import sweep
-from tapejit.ops._kernel_helpers import acc
+from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
 from tapejit.ops.activation import (  # noqa: F401
     softmax_backward,
     softmax_forward,
-)
-from tapejit.ops.binary import (  # noqa: F401
-    add_grad_x,
-    add_grad_y,
-    add_value,
-    div_grad_x,
-    div_grad_y,
-    div_value,
-    maximum_grad_x,
-    maximum_grad_y,
-    maximum_value,
-    minimum_grad_x,
-    minimum_grad_y,
-    minimum_value,
-    mul_grad_x,
-    mul_grad_y,
-    mul_value,
-    pow_grad_x,
-    pow_grad_y,
-    pow_value,
-    sub_grad_y,
-    sub_value,
 )
 from tapejit.ops.linalg import (  # noqa: F401
     bmm_backward,
@@ -62,66 +42,8 @@ from tapejit.ops.reduce import (  # noqa: F401
     sum_backward,
     sum_forward,
 )
-from tapejit.ops.unary import (  # noqa: F401
-    abs_grad,
-    abs_value,
-    add_scalar_grad,
-    add_scalar_value,
-    clamp_grad,
-    clamp_value,
-    cos_grad,
-    cos_value,
-    div_scalar_grad,
-    div_scalar_value,
-    erf_grad,
-    erf_value,
-    exp_grad,
-    exp_value,
-    expm1_grad,
-    expm1_value,
-    gelu_grad,
-    gelu_tanh_grad,
-    gelu_tanh_value,
-    gelu_value,
-    leaky_relu_grad,
-    leaky_relu_value,
-    log1p_grad,
-    log1p_value,
-    log_grad,
-    log_value,
-    mul_scalar_grad,
-    mul_scalar_value,
-    neg_grad,
-    neg_value,
-    pow_scalar_grad,
-    pow_scalar_value,
-    rdiv_scalar_grad,
-    rdiv_scalar_value,
-    relu_grad,
-    relu_value,
-    rpow_scalar_grad,
-    rpow_scalar_value,
-    rsqrt_grad,
-    rsqrt_value,
-    rsub_scalar_grad,
-    rsub_scalar_value,
-    sigmoid_grad,
-    sigmoid_value,
-    sign_grad,
-    sign_value,
-    sin_grad,
-    sin_value,
-    softplus_grad,
-    softplus_value,
-    sqrt_grad,
-    sqrt_value,
-    tan_grad,
-    tan_value,
-    tanh_grad,
-    tanh_value,
-)
 
-REGISTRY_HASH = "5e616ede2656dbb1"
+REGISTRY_HASH = "8e24eb96302d17ce"
 N_OPS = 69
 LOAD = 0
 # 1 where the op's backward reads saved values (for freed-graph and in-place errors).
@@ -145,154 +67,337 @@ def forward(rec, lo, hi, v, ints, floats):
         q = rec[r, 5]
         if op == 2:  # neg
             for i in range(p):
-                v[out + i] = neg_value(v[a + i], c0, c1)
+                _neg_x = v[a + i]
+                _neg_c0 = c0
+                _neg_c1 = c1
+                _neg_result = -_neg_x
+                v[out + i] = _neg_result
         elif op == 3:  # add_scalar
             for i in range(p):
-                v[out + i] = add_scalar_value(v[a + i], floats[q], c1)
+                _add_scalar_x = v[a + i]
+                _add_scalar_c0 = floats[q]
+                _add_scalar_c1 = c1
+                _add_scalar_result = _add_scalar_x + _add_scalar_c0
+                v[out + i] = _add_scalar_result
         elif op == 4:  # rsub_scalar
             for i in range(p):
-                v[out + i] = rsub_scalar_value(v[a + i], floats[q], c1)
+                _rsub_scalar_x = v[a + i]
+                _rsub_scalar_c0 = floats[q]
+                _rsub_scalar_c1 = c1
+                _rsub_scalar_result = _rsub_scalar_c0 - _rsub_scalar_x
+                v[out + i] = _rsub_scalar_result
         elif op == 5:  # mul_scalar
             for i in range(p):
-                v[out + i] = mul_scalar_value(v[a + i], floats[q], c1)
+                _mul_scalar_x = v[a + i]
+                _mul_scalar_c0 = floats[q]
+                _mul_scalar_c1 = c1
+                _mul_scalar_result = _mul_scalar_x * _mul_scalar_c0
+                v[out + i] = _mul_scalar_result
         elif op == 6:  # div_scalar
             for i in range(p):
-                v[out + i] = div_scalar_value(v[a + i], floats[q], c1)
+                _div_scalar_x = v[a + i]
+                _div_scalar_c0 = floats[q]
+                _div_scalar_c1 = c1
+                _div_scalar_result = _div_scalar_x / _div_scalar_c0
+                v[out + i] = _div_scalar_result
         elif op == 7:  # rdiv_scalar
             for i in range(p):
-                v[out + i] = rdiv_scalar_value(v[a + i], floats[q], c1)
+                _rdiv_scalar_x = v[a + i]
+                _rdiv_scalar_c0 = floats[q]
+                _rdiv_scalar_c1 = c1
+                _rdiv_scalar_result = _rdiv_scalar_c0 / _rdiv_scalar_x
+                v[out + i] = _rdiv_scalar_result
         elif op == 8:  # pow_scalar
             for i in range(p):
-                v[out + i] = pow_scalar_value(v[a + i], floats[q], c1)
+                _pow_scalar_x = v[a + i]
+                _pow_scalar_c0 = floats[q]
+                _pow_scalar_c1 = c1
+                _pow_scalar_result = _pow_scalar_x ** _pow_scalar_c0
+                v[out + i] = _pow_scalar_result
         elif op == 9:  # rpow_scalar
             for i in range(p):
-                v[out + i] = rpow_scalar_value(v[a + i], floats[q], c1)
+                _rpow_scalar_x = v[a + i]
+                _rpow_scalar_c0 = floats[q]
+                _rpow_scalar_c1 = c1
+                _rpow_scalar_result = _rpow_scalar_c0 ** _rpow_scalar_x
+                v[out + i] = _rpow_scalar_result
         elif op == 10:  # abs
             for i in range(p):
-                v[out + i] = abs_value(v[a + i], c0, c1)
+                _abs_x = v[a + i]
+                _abs_c0 = c0
+                _abs_c1 = c1
+                _abs_result = np.abs(_abs_x)
+                v[out + i] = _abs_result
         elif op == 11:  # sign
             for i in range(p):
-                v[out + i] = sign_value(v[a + i], c0, c1)
+                _sign_x = v[a + i]
+                _sign_c0 = c0
+                _sign_c1 = c1
+                _sign_result = np.sign(_sign_x)
+                v[out + i] = _sign_result
         elif op == 12:  # exp
             for i in range(p):
-                v[out + i] = exp_value(v[a + i], c0, c1)
+                _exp_x = v[a + i]
+                _exp_c0 = c0
+                _exp_c1 = c1
+                _exp_result = np.exp(_exp_x)
+                v[out + i] = _exp_result
         elif op == 13:  # log
             for i in range(p):
-                v[out + i] = log_value(v[a + i], c0, c1)
+                _log_x = v[a + i]
+                _log_c0 = c0
+                _log_c1 = c1
+                _log_result = np.log(_log_x)
+                v[out + i] = _log_result
         elif op == 14:  # log1p
             for i in range(p):
-                v[out + i] = log1p_value(v[a + i], c0, c1)
+                _log1p_x = v[a + i]
+                _log1p_c0 = c0
+                _log1p_c1 = c1
+                _log1p_result = np.log1p(_log1p_x)
+                v[out + i] = _log1p_result
         elif op == 15:  # expm1
             for i in range(p):
-                v[out + i] = expm1_value(v[a + i], c0, c1)
+                _expm1_x = v[a + i]
+                _expm1_c0 = c0
+                _expm1_c1 = c1
+                _expm1_result = np.expm1(_expm1_x)
+                v[out + i] = _expm1_result
         elif op == 16:  # sqrt
             for i in range(p):
-                v[out + i] = sqrt_value(v[a + i], c0, c1)
+                _sqrt_x = v[a + i]
+                _sqrt_c0 = c0
+                _sqrt_c1 = c1
+                _sqrt_result = np.sqrt(_sqrt_x)
+                v[out + i] = _sqrt_result
         elif op == 17:  # rsqrt
             for i in range(p):
-                v[out + i] = rsqrt_value(v[a + i], c0, c1)
+                _rsqrt_x = v[a + i]
+                _rsqrt_c0 = c0
+                _rsqrt_c1 = c1
+                _rsqrt_result = 1.0 / np.sqrt(_rsqrt_x)
+                v[out + i] = _rsqrt_result
         elif op == 18:  # sin
             for i in range(p):
-                v[out + i] = sin_value(v[a + i], c0, c1)
+                _sin_x = v[a + i]
+                _sin_c0 = c0
+                _sin_c1 = c1
+                _sin_result = np.sin(_sin_x)
+                v[out + i] = _sin_result
         elif op == 19:  # cos
             for i in range(p):
-                v[out + i] = cos_value(v[a + i], c0, c1)
+                _cos_x = v[a + i]
+                _cos_c0 = c0
+                _cos_c1 = c1
+                _cos_result = np.cos(_cos_x)
+                v[out + i] = _cos_result
         elif op == 20:  # tan
             for i in range(p):
-                v[out + i] = tan_value(v[a + i], c0, c1)
+                _tan_x = v[a + i]
+                _tan_c0 = c0
+                _tan_c1 = c1
+                _tan_result = np.tan(_tan_x)
+                v[out + i] = _tan_result
         elif op == 21:  # tanh
             for i in range(p):
-                v[out + i] = tanh_value(v[a + i], c0, c1)
+                _tanh_x = v[a + i]
+                _tanh_c0 = c0
+                _tanh_c1 = c1
+                _tanh_result = np.tanh(_tanh_x)
+                v[out + i] = _tanh_result
         elif op == 22:  # sigmoid
             for i in range(p):
-                v[out + i] = sigmoid_value(v[a + i], c0, c1)
+                _sigmoid_x = v[a + i]
+                _sigmoid_c0 = c0
+                _sigmoid_c1 = c1
+                if _sigmoid_x >= 0:
+                    _sigmoid_result = 1.0 / (1.0 + np.exp(-_sigmoid_x))
+                else:
+                    _sigmoid_e = np.exp(_sigmoid_x)
+                    _sigmoid_result = _sigmoid_e / (1.0 + _sigmoid_e)
+                v[out + i] = _sigmoid_result
         elif op == 23:  # relu
             for i in range(p):
-                v[out + i] = relu_value(v[a + i], c0, c1)
+                _relu_x = v[a + i]
+                _relu_c0 = c0
+                _relu_c1 = c1
+                _relu_result = _relu_x if _relu_x > 0 else _relu_x * 0.0
+                v[out + i] = _relu_result
         elif op == 24:  # softplus
             for i in range(p):
-                v[out + i] = softplus_value(v[a + i], floats[q], floats[q + 1])
+                _softplus_x = v[a + i]
+                _softplus_c0 = floats[q]
+                _softplus_c1 = floats[q + 1]
+                if _softplus_x * _softplus_c0 > _softplus_c1:
+                    _softplus_result = _softplus_x
+                else:
+                    _softplus_result = np.log1p(np.exp(_softplus_x * _softplus_c0)) / _softplus_c0
+                v[out + i] = _softplus_result
         elif op == 25:  # erf
             for i in range(p):
-                v[out + i] = erf_value(v[a + i], c0, c1)
+                _erf_x = v[a + i]
+                _erf_c0 = c0
+                _erf_c1 = c1
+                _erf_result = math.erf(_erf_x)
+                v[out + i] = _erf_result
         elif op == 26:  # clamp
             for i in range(p):
-                v[out + i] = clamp_value(v[a + i], floats[q], floats[q + 1])
+                _clamp_x = v[a + i]
+                _clamp_c0 = floats[q]
+                _clamp_c1 = floats[q + 1]
+                if _clamp_x < _clamp_c0:
+                    _clamp_result = _clamp_x * 0.0 + _clamp_c0
+                elif _clamp_x > _clamp_c1:
+                    _clamp_result = _clamp_x * 0.0 + _clamp_c1
+                else:
+                    _clamp_result = _clamp_x
+                v[out + i] = _clamp_result
         elif op == 27:  # gelu
             for i in range(p):
-                v[out + i] = gelu_value(v[a + i], c0, c1)
+                _gelu_x = v[a + i]
+                _gelu_c0 = c0
+                _gelu_c1 = c1
+                _gelu_result = 0.5 * _gelu_x * (1.0 + math.erf(_gelu_x * 0.7071067811865476))
+                v[out + i] = _gelu_result
         elif op == 28:  # gelu_tanh
             for i in range(p):
-                v[out + i] = gelu_tanh_value(v[a + i], c0, c1)
+                _gelu_tanh_x = v[a + i]
+                _gelu_tanh_c0 = c0
+                _gelu_tanh_c1 = c1
+                _gelu_tanh_inner = 0.7978845608028654 * (_gelu_tanh_x + 0.044715 * _gelu_tanh_x * _gelu_tanh_x * _gelu_tanh_x)
+                _gelu_tanh_result = 0.5 * _gelu_tanh_x * (1.0 + np.tanh(_gelu_tanh_inner))
+                v[out + i] = _gelu_tanh_result
         elif op == 29:  # leaky_relu
             for i in range(p):
-                v[out + i] = leaky_relu_value(v[a + i], floats[q], c1)
+                _leaky_relu_x = v[a + i]
+                _leaky_relu_c0 = floats[q]
+                _leaky_relu_c1 = c1
+                _leaky_relu_result = _leaky_relu_x if _leaky_relu_x > 0 else _leaky_relu_x * _leaky_relu_c0
+                v[out + i] = _leaky_relu_result
         elif op == 30:  # add
             if q == 0:
                 for i in range(p):
-                    v[out + i] = add_value(v[a + i], v[b + i])
+                    _add_x = v[a + i]
+                    _add_y = v[b + i]
+                    _add_result = _add_x + _add_y
+                    v[out + i] = _add_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = add_value(v[a + i * sa], v[b + i * sb])
+                    _add_x = v[a + i * sa]
+                    _add_y = v[b + i * sb]
+                    _add_result = _add_x + _add_y
+                    v[out + i] = _add_result
         elif op == 31:  # sub
             if q == 0:
                 for i in range(p):
-                    v[out + i] = sub_value(v[a + i], v[b + i])
+                    _sub_x = v[a + i]
+                    _sub_y = v[b + i]
+                    _sub_result = _sub_x - _sub_y
+                    v[out + i] = _sub_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = sub_value(v[a + i * sa], v[b + i * sb])
+                    _sub_x = v[a + i * sa]
+                    _sub_y = v[b + i * sb]
+                    _sub_result = _sub_x - _sub_y
+                    v[out + i] = _sub_result
         elif op == 32:  # mul
             if q == 0:
                 for i in range(p):
-                    v[out + i] = mul_value(v[a + i], v[b + i])
+                    _mul_x = v[a + i]
+                    _mul_y = v[b + i]
+                    _mul_result = _mul_x * _mul_y
+                    v[out + i] = _mul_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = mul_value(v[a + i * sa], v[b + i * sb])
+                    _mul_x = v[a + i * sa]
+                    _mul_y = v[b + i * sb]
+                    _mul_result = _mul_x * _mul_y
+                    v[out + i] = _mul_result
         elif op == 33:  # div
             if q == 0:
                 for i in range(p):
-                    v[out + i] = div_value(v[a + i], v[b + i])
+                    _div_x = v[a + i]
+                    _div_y = v[b + i]
+                    _div_result = _div_x / _div_y
+                    v[out + i] = _div_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = div_value(v[a + i * sa], v[b + i * sb])
+                    _div_x = v[a + i * sa]
+                    _div_y = v[b + i * sb]
+                    _div_result = _div_x / _div_y
+                    v[out + i] = _div_result
         elif op == 34:  # pow
             if q == 0:
                 for i in range(p):
-                    v[out + i] = pow_value(v[a + i], v[b + i])
+                    _pow_x = v[a + i]
+                    _pow_y = v[b + i]
+                    _pow_result = _pow_x ** _pow_y
+                    v[out + i] = _pow_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = pow_value(v[a + i * sa], v[b + i * sb])
+                    _pow_x = v[a + i * sa]
+                    _pow_y = v[b + i * sb]
+                    _pow_result = _pow_x ** _pow_y
+                    v[out + i] = _pow_result
         elif op == 35:  # maximum
             if q == 0:
                 for i in range(p):
-                    v[out + i] = maximum_value(v[a + i], v[b + i])
+                    _maximum_x = v[a + i]
+                    _maximum_y = v[b + i]
+                    if np.isnan(_maximum_x) or np.isnan(_maximum_y):
+                        _maximum_result = _maximum_x + _maximum_y
+                    else:
+                        _maximum_result = _maximum_x if _maximum_x >= _maximum_y else _maximum_y
+                    v[out + i] = _maximum_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = maximum_value(v[a + i * sa], v[b + i * sb])
+                    _maximum_x = v[a + i * sa]
+                    _maximum_y = v[b + i * sb]
+                    if np.isnan(_maximum_x) or np.isnan(_maximum_y):
+                        _maximum_result = _maximum_x + _maximum_y
+                    else:
+                        _maximum_result = _maximum_x if _maximum_x >= _maximum_y else _maximum_y
+                    v[out + i] = _maximum_result
         elif op == 36:  # minimum
             if q == 0:
                 for i in range(p):
-                    v[out + i] = minimum_value(v[a + i], v[b + i])
+                    _minimum_x = v[a + i]
+                    _minimum_y = v[b + i]
+                    if np.isnan(_minimum_x) or np.isnan(_minimum_y):
+                        _minimum_result = _minimum_x + _minimum_y
+                    else:
+                        _minimum_result = _minimum_x if _minimum_x <= _minimum_y else _minimum_y
+                    v[out + i] = _minimum_result
             else:
                 sa = 1 - (q & 1)
                 sb = 1 - ((q >> 1) & 1)
                 for i in range(p):
-                    v[out + i] = minimum_value(v[a + i * sa], v[b + i * sb])
+                    _minimum_x = v[a + i * sa]
+                    _minimum_y = v[b + i * sb]
+                    if np.isnan(_minimum_x) or np.isnan(_minimum_y):
+                        _minimum_result = _minimum_x + _minimum_y
+                    else:
+                        _minimum_result = _minimum_x if _minimum_x <= _minimum_y else _minimum_y
+                    v[out + i] = _minimum_result
         elif op == 37:  # sub_scalar
             for i in range(p):
-                v[out + i] = add_scalar_value(v[a + i], floats[q], c1)
+                _sub_scalar_x = v[a + i]
+                _sub_scalar_c0 = floats[q]
+                _sub_scalar_c1 = c1
+                _sub_scalar_result = _sub_scalar_x + _sub_scalar_c0
+                v[out + i] = _sub_scalar_result
         elif op == 38:  # reshape
             copy_range_forward(v, out, a, b, p, q, ints, floats)
         elif op == 39:  # select
@@ -390,115 +495,329 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
         if op == 2:  # neg
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, neg_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _neg_d_x = v[a + i]
+                    _neg_d_y = v[out + i]
+                    _neg_d_g = g[out + i]
+                    _neg_d_c0 = c0
+                    _neg_d_c1 = c1
+                    _neg_d_result = -_neg_d_g
+                    da = _neg_d_result
+                    acc(g, a + i, da, ma)
         elif op == 3:  # add_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, add_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _add_scalar_d_x = v[a + i]
+                    _add_scalar_d_y = v[out + i]
+                    _add_scalar_d_g = g[out + i]
+                    _add_scalar_d_c0 = floats[q]
+                    _add_scalar_d_c1 = c1
+                    _add_scalar_d_result = _add_scalar_d_g
+                    da = _add_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 4:  # rsub_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, rsub_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _rsub_scalar_d_x = v[a + i]
+                    _rsub_scalar_d_y = v[out + i]
+                    _rsub_scalar_d_g = g[out + i]
+                    _rsub_scalar_d_c0 = floats[q]
+                    _rsub_scalar_d_c1 = c1
+                    _rsub_scalar_d_result = -_rsub_scalar_d_g
+                    da = _rsub_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 5:  # mul_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, mul_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _mul_scalar_d_x = v[a + i]
+                    _mul_scalar_d_y = v[out + i]
+                    _mul_scalar_d_g = g[out + i]
+                    _mul_scalar_d_c0 = floats[q]
+                    _mul_scalar_d_c1 = c1
+                    _mul_scalar_d_result = _mul_scalar_d_g * _mul_scalar_d_c0
+                    da = _mul_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 6:  # div_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, div_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _div_scalar_d_x = v[a + i]
+                    _div_scalar_d_y = v[out + i]
+                    _div_scalar_d_g = g[out + i]
+                    _div_scalar_d_c0 = floats[q]
+                    _div_scalar_d_c1 = c1
+                    _div_scalar_d_result = _div_scalar_d_g / _div_scalar_d_c0
+                    da = _div_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 7:  # rdiv_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, rdiv_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _rdiv_scalar_d_x = v[a + i]
+                    _rdiv_scalar_d_y = v[out + i]
+                    _rdiv_scalar_d_g = g[out + i]
+                    _rdiv_scalar_d_c0 = floats[q]
+                    _rdiv_scalar_d_c1 = c1
+                    _rdiv_scalar_d_result = -_rdiv_scalar_d_g * _rdiv_scalar_d_y / _rdiv_scalar_d_x
+                    da = _rdiv_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 8:  # pow_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, pow_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _pow_scalar_d_x = v[a + i]
+                    _pow_scalar_d_y = v[out + i]
+                    _pow_scalar_d_g = g[out + i]
+                    _pow_scalar_d_c0 = floats[q]
+                    _pow_scalar_d_c1 = c1
+                    if _pow_scalar_d_c0 == 0.0:
+                        _pow_scalar_d_result = _pow_scalar_d_g * 0.0
+                    else:
+                        _pow_scalar_d_result = _pow_scalar_d_g * _pow_scalar_d_c0 * _pow_scalar_d_x ** (_pow_scalar_d_c0 - 1.0)
+                    da = _pow_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 9:  # rpow_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, rpow_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _rpow_scalar_d_x = v[a + i]
+                    _rpow_scalar_d_y = v[out + i]
+                    _rpow_scalar_d_g = g[out + i]
+                    _rpow_scalar_d_c0 = floats[q]
+                    _rpow_scalar_d_c1 = c1
+                    if _rpow_scalar_d_c0 == 0.0 and _rpow_scalar_d_x >= 0.0:
+                        _rpow_scalar_d_result = _rpow_scalar_d_g * 0.0
+                    else:
+                        _rpow_scalar_d_result = _rpow_scalar_d_g * _rpow_scalar_d_y * np.log(_rpow_scalar_d_c0)
+                    da = _rpow_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 10:  # abs
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, abs_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _abs_d_x = v[a + i]
+                    _abs_d_y = v[out + i]
+                    _abs_d_g = g[out + i]
+                    _abs_d_c0 = c0
+                    _abs_d_c1 = c1
+                    _abs_d_result = _abs_d_g * np.sign(_abs_d_x)
+                    da = _abs_d_result
+                    acc(g, a + i, da, ma)
         elif op == 11:  # sign
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, sign_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _sign_d_x = v[a + i]
+                    _sign_d_y = v[out + i]
+                    _sign_d_g = g[out + i]
+                    _sign_d_c0 = c0
+                    _sign_d_c1 = c1
+                    _sign_d_result = _sign_d_g * 0.0
+                    da = _sign_d_result
+                    acc(g, a + i, da, ma)
         elif op == 12:  # exp
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, exp_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _exp_d_x = v[a + i]
+                    _exp_d_y = v[out + i]
+                    _exp_d_g = g[out + i]
+                    _exp_d_c0 = c0
+                    _exp_d_c1 = c1
+                    _exp_d_result = _exp_d_g * _exp_d_y
+                    da = _exp_d_result
+                    acc(g, a + i, da, ma)
         elif op == 13:  # log
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, log_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _log_d_x = v[a + i]
+                    _log_d_y = v[out + i]
+                    _log_d_g = g[out + i]
+                    _log_d_c0 = c0
+                    _log_d_c1 = c1
+                    _log_d_result = _log_d_g / _log_d_x
+                    da = _log_d_result
+                    acc(g, a + i, da, ma)
         elif op == 14:  # log1p
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, log1p_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _log1p_d_x = v[a + i]
+                    _log1p_d_y = v[out + i]
+                    _log1p_d_g = g[out + i]
+                    _log1p_d_c0 = c0
+                    _log1p_d_c1 = c1
+                    _log1p_d_result = _log1p_d_g / (_log1p_d_x + 1.0)
+                    da = _log1p_d_result
+                    acc(g, a + i, da, ma)
         elif op == 15:  # expm1
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, expm1_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _expm1_d_x = v[a + i]
+                    _expm1_d_y = v[out + i]
+                    _expm1_d_g = g[out + i]
+                    _expm1_d_c0 = c0
+                    _expm1_d_c1 = c1
+                    _expm1_d_result = _expm1_d_g * (_expm1_d_y + 1.0)
+                    da = _expm1_d_result
+                    acc(g, a + i, da, ma)
         elif op == 16:  # sqrt
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, sqrt_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _sqrt_d_x = v[a + i]
+                    _sqrt_d_y = v[out + i]
+                    _sqrt_d_g = g[out + i]
+                    _sqrt_d_c0 = c0
+                    _sqrt_d_c1 = c1
+                    _sqrt_d_result = _sqrt_d_g / (2.0 * _sqrt_d_y)
+                    da = _sqrt_d_result
+                    acc(g, a + i, da, ma)
         elif op == 17:  # rsqrt
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, rsqrt_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _rsqrt_d_x = v[a + i]
+                    _rsqrt_d_y = v[out + i]
+                    _rsqrt_d_g = g[out + i]
+                    _rsqrt_d_c0 = c0
+                    _rsqrt_d_c1 = c1
+                    _rsqrt_d_result = -0.5 * _rsqrt_d_g * _rsqrt_d_y * _rsqrt_d_y * _rsqrt_d_y
+                    da = _rsqrt_d_result
+                    acc(g, a + i, da, ma)
         elif op == 18:  # sin
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, sin_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _sin_d_x = v[a + i]
+                    _sin_d_y = v[out + i]
+                    _sin_d_g = g[out + i]
+                    _sin_d_c0 = c0
+                    _sin_d_c1 = c1
+                    _sin_d_result = _sin_d_g * np.cos(_sin_d_x)
+                    da = _sin_d_result
+                    acc(g, a + i, da, ma)
         elif op == 19:  # cos
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, cos_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _cos_d_x = v[a + i]
+                    _cos_d_y = v[out + i]
+                    _cos_d_g = g[out + i]
+                    _cos_d_c0 = c0
+                    _cos_d_c1 = c1
+                    _cos_d_result = -_cos_d_g * np.sin(_cos_d_x)
+                    da = _cos_d_result
+                    acc(g, a + i, da, ma)
         elif op == 20:  # tan
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, tan_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _tan_d_x = v[a + i]
+                    _tan_d_y = v[out + i]
+                    _tan_d_g = g[out + i]
+                    _tan_d_c0 = c0
+                    _tan_d_c1 = c1
+                    _tan_d_result = _tan_d_g * (1.0 + _tan_d_y * _tan_d_y)
+                    da = _tan_d_result
+                    acc(g, a + i, da, ma)
         elif op == 21:  # tanh
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, tanh_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _tanh_d_x = v[a + i]
+                    _tanh_d_y = v[out + i]
+                    _tanh_d_g = g[out + i]
+                    _tanh_d_c0 = c0
+                    _tanh_d_c1 = c1
+                    _tanh_d_result = _tanh_d_g * (1.0 - _tanh_d_y * _tanh_d_y)
+                    da = _tanh_d_result
+                    acc(g, a + i, da, ma)
         elif op == 22:  # sigmoid
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, sigmoid_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _sigmoid_d_x = v[a + i]
+                    _sigmoid_d_y = v[out + i]
+                    _sigmoid_d_g = g[out + i]
+                    _sigmoid_d_c0 = c0
+                    _sigmoid_d_c1 = c1
+                    _sigmoid_d_result = _sigmoid_d_g * _sigmoid_d_y * (1.0 - _sigmoid_d_y)
+                    da = _sigmoid_d_result
+                    acc(g, a + i, da, ma)
         elif op == 23:  # relu
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, relu_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _relu_d_x = v[a + i]
+                    _relu_d_y = v[out + i]
+                    _relu_d_g = g[out + i]
+                    _relu_d_c0 = c0
+                    _relu_d_c1 = c1
+                    _relu_d_result = _relu_d_g if _relu_d_y > 0 else _relu_d_g * 0.0
+                    da = _relu_d_result
+                    acc(g, a + i, da, ma)
         elif op == 24:  # softplus
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, softplus_grad(v[a + i], v[out + i], g[out + i], floats[q], floats[q + 1]), ma)
+                    _softplus_d_x = v[a + i]
+                    _softplus_d_y = v[out + i]
+                    _softplus_d_g = g[out + i]
+                    _softplus_d_c0 = floats[q]
+                    _softplus_d_c1 = floats[q + 1]
+                    if _softplus_d_x * _softplus_d_c0 > _softplus_d_c1:
+                        _softplus_d_result = _softplus_d_g
+                    else:
+                        _softplus_d_z = np.exp(_softplus_d_x * _softplus_d_c0)
+                        _softplus_d_result = _softplus_d_g * _softplus_d_z / (_softplus_d_z + 1.0)
+                    da = _softplus_d_result
+                    acc(g, a + i, da, ma)
         elif op == 25:  # erf
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, erf_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _erf_d_x = v[a + i]
+                    _erf_d_y = v[out + i]
+                    _erf_d_g = g[out + i]
+                    _erf_d_c0 = c0
+                    _erf_d_c1 = c1
+                    _erf_d_result = _erf_d_g * 1.1283791670955126 * np.exp(-_erf_d_x * _erf_d_x)
+                    da = _erf_d_result
+                    acc(g, a + i, da, ma)
         elif op == 26:  # clamp
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, clamp_grad(v[a + i], v[out + i], g[out + i], floats[q], floats[q + 1]), ma)
+                    _clamp_d_x = v[a + i]
+                    _clamp_d_y = v[out + i]
+                    _clamp_d_g = g[out + i]
+                    _clamp_d_c0 = floats[q]
+                    _clamp_d_c1 = floats[q + 1]
+                    if _clamp_d_x >= _clamp_d_c0 and _clamp_d_x <= _clamp_d_c1:
+                        _clamp_d_result = _clamp_d_g
+                    else:
+                        _clamp_d_result = _clamp_d_g * 0.0
+                    da = _clamp_d_result
+                    acc(g, a + i, da, ma)
         elif op == 27:  # gelu
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, gelu_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _gelu_d_x = v[a + i]
+                    _gelu_d_y = v[out + i]
+                    _gelu_d_g = g[out + i]
+                    _gelu_d_c0 = c0
+                    _gelu_d_c1 = c1
+                    _gelu_d_cdf = 0.5 * (1.0 + math.erf(_gelu_d_x * 0.7071067811865476))
+                    _gelu_d_pdf = 0.3989422804014327 * np.exp(-0.5 * _gelu_d_x * _gelu_d_x)
+                    _gelu_d_result = _gelu_d_g * (_gelu_d_cdf + _gelu_d_x * _gelu_d_pdf)
+                    da = _gelu_d_result
+                    acc(g, a + i, da, ma)
         elif op == 28:  # gelu_tanh
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, gelu_tanh_grad(v[a + i], v[out + i], g[out + i], c0, c1), ma)
+                    _gelu_tanh_d_x = v[a + i]
+                    _gelu_tanh_d_y = v[out + i]
+                    _gelu_tanh_d_g = g[out + i]
+                    _gelu_tanh_d_c0 = c0
+                    _gelu_tanh_d_c1 = c1
+                    _gelu_tanh_d_inner = 0.7978845608028654 * (_gelu_tanh_d_x + 0.044715 * _gelu_tanh_d_x * _gelu_tanh_d_x * _gelu_tanh_d_x)
+                    _gelu_tanh_d_t = np.tanh(_gelu_tanh_d_inner)
+                    _gelu_tanh_d_dinner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * _gelu_tanh_d_x * _gelu_tanh_d_x)
+                    _gelu_tanh_d_result = _gelu_tanh_d_g * (0.5 * (1.0 + _gelu_tanh_d_t) + 0.5 * _gelu_tanh_d_x * (1.0 - _gelu_tanh_d_t * _gelu_tanh_d_t) * _gelu_tanh_d_dinner)
+                    da = _gelu_tanh_d_result
+                    acc(g, a + i, da, ma)
         elif op == 29:  # leaky_relu
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, leaky_relu_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _leaky_relu_d_x = v[a + i]
+                    _leaky_relu_d_y = v[out + i]
+                    _leaky_relu_d_g = g[out + i]
+                    _leaky_relu_d_c0 = floats[q]
+                    _leaky_relu_d_c1 = c1
+                    _leaky_relu_d_result = _leaky_relu_d_g if _leaky_relu_d_x > 0 else _leaky_relu_d_g * _leaky_relu_d_c0
+                    da = _leaky_relu_d_result
+                    acc(g, a + i, da, ma)
         elif op == 30:  # add
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -514,9 +833,21 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, add_grad_x(x, y, z, gz), ma)
+                    _add_dx_x = x
+                    _add_dx_y = y
+                    _add_dx_z = z
+                    _add_dx_g = gz
+                    _add_dx_result = _add_dx_g
+                    da = _add_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, add_grad_y(x, y, z, gz), mb)
+                    _add_dy_x = x
+                    _add_dy_y = y
+                    _add_dy_z = z
+                    _add_dy_g = gz
+                    _add_dy_result = _add_dy_g
+                    db = _add_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 31:  # sub
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -532,9 +863,21 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, add_grad_x(x, y, z, gz), ma)
+                    _sub_dx_x = x
+                    _sub_dx_y = y
+                    _sub_dx_z = z
+                    _sub_dx_g = gz
+                    _sub_dx_result = _sub_dx_g
+                    da = _sub_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, sub_grad_y(x, y, z, gz), mb)
+                    _sub_dy_x = x
+                    _sub_dy_y = y
+                    _sub_dy_z = z
+                    _sub_dy_g = gz
+                    _sub_dy_result = -_sub_dy_g
+                    db = _sub_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 32:  # mul
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -550,9 +893,21 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, mul_grad_x(x, y, z, gz), ma)
+                    _mul_dx_x = x
+                    _mul_dx_y = y
+                    _mul_dx_z = z
+                    _mul_dx_g = gz
+                    _mul_dx_result = _mul_dx_g * _mul_dx_y
+                    da = _mul_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, mul_grad_y(x, y, z, gz), mb)
+                    _mul_dy_x = x
+                    _mul_dy_y = y
+                    _mul_dy_z = z
+                    _mul_dy_g = gz
+                    _mul_dy_result = _mul_dy_g * _mul_dy_x
+                    db = _mul_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 33:  # div
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -568,9 +923,21 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, div_grad_x(x, y, z, gz), ma)
+                    _div_dx_x = x
+                    _div_dx_y = y
+                    _div_dx_z = z
+                    _div_dx_g = gz
+                    _div_dx_result = _div_dx_g / _div_dx_y
+                    da = _div_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, div_grad_y(x, y, z, gz), mb)
+                    _div_dy_x = x
+                    _div_dy_y = y
+                    _div_dy_z = z
+                    _div_dy_g = gz
+                    _div_dy_result = -_div_dy_g * _div_dy_x / (_div_dy_y * _div_dy_y)
+                    db = _div_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 34:  # pow
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -586,9 +953,27 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, pow_grad_x(x, y, z, gz), ma)
+                    _pow_dx_x = x
+                    _pow_dx_y = y
+                    _pow_dx_z = z
+                    _pow_dx_g = gz
+                    if _pow_dx_y == 0.0:
+                        _pow_dx_result = _pow_dx_g * 0.0
+                    else:
+                        _pow_dx_result = _pow_dx_g * _pow_dx_y * _pow_dx_x ** (_pow_dx_y - 1.0)
+                    da = _pow_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, pow_grad_y(x, y, z, gz), mb)
+                    _pow_dy_x = x
+                    _pow_dy_y = y
+                    _pow_dy_z = z
+                    _pow_dy_g = gz
+                    if _pow_dy_x == 0.0 and _pow_dy_y >= 0.0:
+                        _pow_dy_result = _pow_dy_g * 0.0
+                    else:
+                        _pow_dy_result = _pow_dy_g * _pow_dy_z * np.log(_pow_dy_x)
+                    db = _pow_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 35:  # maximum
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -604,9 +989,31 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, maximum_grad_x(x, y, z, gz), ma)
+                    _maximum_dx_x = x
+                    _maximum_dx_y = y
+                    _maximum_dx_z = z
+                    _maximum_dx_g = gz
+                    if _maximum_dx_x > _maximum_dx_y:
+                        _maximum_dx_result = _maximum_dx_g
+                    elif _maximum_dx_x == _maximum_dx_y:
+                        _maximum_dx_result = _maximum_dx_g * 0.5
+                    else:
+                        _maximum_dx_result = _maximum_dx_g * 0.0
+                    da = _maximum_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, maximum_grad_y(x, y, z, gz), mb)
+                    _maximum_dy_x = x
+                    _maximum_dy_y = y
+                    _maximum_dy_z = z
+                    _maximum_dy_g = gz
+                    if _maximum_dy_y > _maximum_dy_x:
+                        _maximum_dy_result = _maximum_dy_g
+                    elif _maximum_dy_x == _maximum_dy_y:
+                        _maximum_dy_result = _maximum_dy_g * 0.5
+                    else:
+                        _maximum_dy_result = _maximum_dy_g * 0.0
+                    db = _maximum_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 36:  # minimum
             sa = 1 - (q & 1)
             sb = 1 - ((q >> 1) & 1)
@@ -622,13 +1029,42 @@ def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):
                 z = v[out + i]
                 gz = g[out + i]
                 if ma != 0:
-                    acc(g, a + i * sa, minimum_grad_x(x, y, z, gz), ma)
+                    _minimum_dx_x = x
+                    _minimum_dx_y = y
+                    _minimum_dx_z = z
+                    _minimum_dx_g = gz
+                    if _minimum_dx_x < _minimum_dx_y:
+                        _minimum_dx_result = _minimum_dx_g
+                    elif _minimum_dx_x == _minimum_dx_y:
+                        _minimum_dx_result = _minimum_dx_g * 0.5
+                    else:
+                        _minimum_dx_result = _minimum_dx_g * 0.0
+                    da = _minimum_dx_result
+                    acc(g, a + i * sa, da, ma)
                 if mb != 0:
-                    acc(g, b + i * sb, minimum_grad_y(x, y, z, gz), mb)
+                    _minimum_dy_x = x
+                    _minimum_dy_y = y
+                    _minimum_dy_z = z
+                    _minimum_dy_g = gz
+                    if _minimum_dy_y < _minimum_dy_x:
+                        _minimum_dy_result = _minimum_dy_g
+                    elif _minimum_dy_x == _minimum_dy_y:
+                        _minimum_dy_result = _minimum_dy_g * 0.5
+                    else:
+                        _minimum_dy_result = _minimum_dy_g * 0.0
+                    db = _minimum_dy_result
+                    acc(g, b + i * sb, db, mb)
         elif op == 37:  # sub_scalar
             if ma != 0:
                 for i in range(p):
-                    acc(g, a + i, add_scalar_grad(v[a + i], v[out + i], g[out + i], floats[q], c1), ma)
+                    _sub_scalar_d_x = v[a + i]
+                    _sub_scalar_d_y = v[out + i]
+                    _sub_scalar_d_g = g[out + i]
+                    _sub_scalar_d_c0 = floats[q]
+                    _sub_scalar_d_c1 = c1
+                    _sub_scalar_d_result = _sub_scalar_d_g
+                    da = _sub_scalar_d_result
+                    acc(g, a + i, da, ma)
         elif op == 38:  # reshape
             copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)
         elif op == 39:  # select

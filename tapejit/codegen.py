@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tapejit import registry
+from tapejit._inline import inline
 
 GENERATED = Path(__file__).with_name("_generated_sweep.py")
 
@@ -26,17 +27,19 @@ Forward and backward dispatch over the flat tape.  A record is six int64 fields:
 (opcode << 1 | float32, out, a, b, p, q).  Operand offsets < 0 are ~offset and
 mean "no gradient needed".  See tapejit/tape.py for the layout.
 """
+import math  # noqa: F401  (used by inlined rules)
+
 import numpy as np
 
 from tapejit._jit import sweep
-from tapejit.ops._kernel_helpers import acc
+from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
 '''
 
 
 def _import_lines(ops):
     by_module = {}
     for op in ops:
-        for fn in (op.value, op.grad, op.grad_x, op.grad_y, op.forward, op.backward):
+        for fn in (op.forward, op.backward):
             if fn is not None:
                 by_module.setdefault(fn.py_func.__module__, set()).add(fn.py_func.__name__)
     lines = []
@@ -54,34 +57,48 @@ def _consts(op):
     return "floats[q], floats[q + 1]" if op.nconst == 2 else "floats[q], c1"
 
 
+def _body(lines, ind):
+    return [ind + line for line in lines]
+
+
+def _const_args(op):
+    c = _consts(op).split(", ")
+    return [c[0], c[1]] if len(c) == 2 else ["floats[q]", "floats[q + 1]"]
+
+
 def _forward_case(op, ind):
-    f = op.value.py_func.__name__ if op.value is not None else None
     if op.kind == "unary":
-        return [f"{ind}for i in range(p):",
-                f"{ind}    v[out + i] = {f}(v[a + i], {_consts(op)})"]
+        pre = f"_{op.name}_"
+        return ([f"{ind}for i in range(p):"]
+                + _body(inline(op.value, ["v[a + i]"] + _const_args(op), "v[out + i]", pre), ind + "    "))
     if op.kind == "binary":
-        return [f"{ind}if q == 0:",
-                f"{ind}    for i in range(p):",
-                f"{ind}        v[out + i] = {f}(v[a + i], v[b + i])",
-                f"{ind}else:",
-                f"{ind}    sa = 1 - (q & 1)",
-                f"{ind}    sb = 1 - ((q >> 1) & 1)",
-                f"{ind}    for i in range(p):",
-                f"{ind}        v[out + i] = {f}(v[a + i * sa], v[b + i * sb])"]
+        pre = f"_{op.name}_"
+        same = inline(op.value, ["v[a + i]", "v[b + i]"], "v[out + i]", pre)
+        strided = inline(op.value, ["v[a + i * sa]", "v[b + i * sb]"], "v[out + i]", pre)
+        return ([f"{ind}if q == 0:", f"{ind}    for i in range(p):"]
+                + _body(same, ind + "        ")
+                + [f"{ind}else:",
+                   f"{ind}    sa = 1 - (q & 1)",
+                   f"{ind}    sb = 1 - ((q >> 1) & 1)",
+                   f"{ind}    for i in range(p):"]
+                + _body(strided, ind + "        "))
     if op.kind == "kernel":
+        # Kernels stay separate compiled functions: Numba's compile time grows faster
+        # than linearly with function size, so one giant sweep compiles far slower.
         return [f"{ind}{op.forward.py_func.__name__}(v, out, a, b, p, q, ints, floats)"]
     return [f"{ind}pass"]
 
 
 def _backward_case(op, ind):
     if op.kind == "unary":
-        gname = op.grad.py_func.__name__
-        return [f"{ind}if ma != 0:",
-                f"{ind}    for i in range(p):",
-                f"{ind}        acc(g, a + i, {gname}(v[a + i], v[out + i], g[out + i], {_consts(op)}), ma)"]
+        pre = f"_{op.name}_d_"
+        rule = inline(op.grad, ["v[a + i]", "v[out + i]", "g[out + i]"] + _const_args(op), "da", pre)
+        return ([f"{ind}if ma != 0:", f"{ind}    for i in range(p):"]
+                + _body(rule, ind + "        ")
+                + [f"{ind}        acc(g, a + i, da, ma)"])
     if op.kind == "binary":
-        gx = op.grad_x.py_func.__name__
-        gy = op.grad_y.py_func.__name__
+        rx = inline(op.grad_x, ["x", "y", "z", "gz"], "da", f"_{op.name}_dx_")
+        ry = inline(op.grad_y, ["x", "y", "z", "gz"], "db", f"_{op.name}_dy_")
         return [f"{ind}sa = 1 - (q & 1)",
                 f"{ind}sb = 1 - ((q >> 1) & 1)",
                 # A stride-0 operand receives a sum: zero it once, then only add.
@@ -96,10 +113,10 @@ def _backward_case(op, ind):
                 f"{ind}    y = v[b + i * sb]",
                 f"{ind}    z = v[out + i]",
                 f"{ind}    gz = g[out + i]",
-                f"{ind}    if ma != 0:",
-                f"{ind}        acc(g, a + i * sa, {gx}(x, y, z, gz), ma)",
-                f"{ind}    if mb != 0:",
-                f"{ind}        acc(g, b + i * sb, {gy}(x, y, z, gz), mb)"]
+                f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
+                f"{ind}        acc(g, a + i * sa, da, ma)",
+                f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
+                f"{ind}        acc(g, b + i * sb, db, mb)"]
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]

@@ -124,7 +124,11 @@ def maximum_grad_x(x, y, z, g):
 
 @rule
 def maximum_grad_y(x, y, z, g):
-    return maximum_grad_x(y, x, z, g)
+    if y > x:
+        return g
+    if x == y:
+        return g * 0.5
+    return g * 0.0
 
 
 MAXIMUM = define_binary("maximum", "MaximumBackward0", maximum_value, maximum_grad_x, maximum_grad_y,
@@ -140,12 +144,20 @@ def minimum_value(x, y):
 
 @rule
 def minimum_grad_x(x, y, z, g):
-    return maximum_grad_x(y, x, z, g)
+    if x < y:
+        return g
+    if x == y:
+        return g * 0.5
+    return g * 0.0
 
 
 @rule
 def minimum_grad_y(x, y, z, g):
-    return maximum_grad_x(x, y, z, g)
+    if y < x:
+        return g
+    if x == y:
+        return g * 0.5
+    return g * 0.0
 
 
 MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_grad_x, minimum_grad_y,

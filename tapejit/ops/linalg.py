@@ -20,12 +20,13 @@ def bmm_forward(v, out, a, b, p, q, ints, floats):
     for i in range(batch):
         A = v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
         B = v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
-        C = v[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))
-        np.dot(A, B, C)
+        v[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))[:, :] = np.dot(A, B)
 
 
 @kernel
 def bmm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # dA = G @ B^T and dB = A^T @ G.  The transposes are copied to C order so every
+    # product is the same (C, C) np.dot specialisation: one BLAS binding to compile.
     batch = ints[p]
     m = ints[p + 1]
     k = ints[p + 2]
@@ -33,19 +34,22 @@ def bmm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     for i in range(batch):
         G = g[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))
         if ma != 0:
-            B = v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
+            Bt = np.ascontiguousarray(v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n)).T)
+            dA = np.dot(G, Bt)
             GA = g[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
             if ma == 1:
-                np.dot(G, B.T, GA)
+                GA[:, :] = dA
             else:
-                GA += np.dot(G, B.T)
+                GA += dA
         if mb != 0:
-            A = v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
+            At = np.ascontiguousarray(v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k)).T)
+            Gc = np.ascontiguousarray(G)
+            dB = np.dot(At, Gc)
             GB = g[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
             if mb == 1:
-                np.dot(A.T, G, GB)
+                GB[:, :] = dB
             else:
-                GB += np.dot(A.T, G)
+                GB += dB
 
 
 MM = define_kernel("mm", "MmBackward0", bmm_forward, bmm_backward,
