@@ -213,6 +213,11 @@ def _current_hash_in(path):
 
 def write_generated(path=GENERATED):
     source = generate_source()
+    try:
+        if Path(path).read_text() == source:
+            return  # unchanged: keep the file's timestamp, and so Numba's cache
+    except OSError:
+        pass
     tmp = Path(str(path) + f".{os.getpid()}.tmp")
     tmp.write_text(source)
     os.replace(tmp, path)

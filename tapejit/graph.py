@@ -44,7 +44,7 @@ class Node:
             return [(arena, e) for e in encs]
         if op.kind == "cast":
             return [(1 - arena, a)]
-        return [(arena, e) for e in (a, b) if e != -1]
+        return [(arena, e) for e in (a, b)[:op.operands]]
 
     @property
     def next_functions(self):

@@ -9,7 +9,7 @@ NumPy and give concrete tensors.
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.tape import state, current
+from tapejit.tape import state, current, pack_record
 from tapejit.tensor import Tensor, _taped, _concrete
 
 _is_float = {dtypes.float64: True, dtypes.float32: True, dtypes.int64: False, dtypes.bool_: False}
@@ -95,7 +95,11 @@ def record_unary(op, x, c0=0.0, c1=0.0):
         tape.pfloats += (c0, c1)
     else:
         q = 0
-    tape.recs += (op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
+    r = tape.n
+    if r == tape.cap:
+        tape.grow()
+    pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
+    tape.n = r + 1
     return _taped(tape, off, x._shape, n, dt, rg)
 
 
@@ -135,8 +139,12 @@ def record_binary(op, x, y, numpy_fallback=None):
     cur = tape.cursor
     off = cur[d]
     cur[d] = off + (n or 1)
-    tape.recs += (op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
-                  yo if (rg and y._rg) else ~yo, n, q)
+    r = tape.n
+    if r == tape.cap:
+        tape.grow()
+    pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
+                yo if (rg and y._rg) else ~yo, n, q)
+    tape.n = r + 1
     return _taped(tape, off, shape, n, dt, rg)
 
 
@@ -159,7 +167,7 @@ def record(op, inputs, shape, dt, p=0, q=0, grads=None):
     cur = tape.cursor
     off = cur[d]
     cur[d] = off + (n or 1)
-    tape.recs += (op.opcode * 2 + d, off, fields[0], fields[1], p, q)
+    tape.append(op.opcode * 2 + d, off, fields[0], fields[1], p, q)
     return _taped(tape, off, tuple(shape), n, dt, rg)
 
 
@@ -192,7 +200,7 @@ def cast(x, dt):
     rg = x._rg and state.grad
     n = x._numel
     off = tape.alloc(dt.arena, n)
-    tape.recs += (CAST.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
+    tape.append(CAST.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
     return _taped(tape, off, x._shape, n, dt, rg)
 
 

@@ -34,6 +34,7 @@ class Op:
     forward: Optional[Callable] = None
     backward: Optional[Callable] = None
     nconst: int = 0
+    operands: int = 2              # tensor operands in fields a, b (kernels with one use b freely)
     # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
     # exercise the op through the public API; the gradient tests run every case.
     samples: Optional[Callable] = None
@@ -57,7 +58,7 @@ def _register(op):
 
 def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None):
     return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
-                        nconst=nconst, samples=samples, module=value.py_func.__module__))
+                        nconst=nconst, samples=samples, module=value.py_func.__module__, operands=1))
 
 
 def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None):
@@ -65,9 +66,9 @@ def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None):
                         grad_y=grad_y, samples=samples, module=value.py_func.__module__))
 
 
-def define_kernel(name, node, forward, backward, saves=True, samples=None):
+def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2):
     return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
-                        samples=samples, module=forward.py_func.__module__))
+                        samples=samples, module=forward.py_func.__module__, operands=operands))
 
 
 def define_special(name, node, kind, saves=False, samples=None):
@@ -79,7 +80,7 @@ def same_kernels(name, node, like, saves=None, samples=None):
     op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
-            samples=samples, module=like.module)
+            samples=samples, module=like.module, operands=like.operands)
     return _register(op)
 
 

@@ -21,6 +21,7 @@ One tape per thread (``current()``).  After ``backward()`` without ``retain_grap
 thread moves on to a fresh tape; a finished tape whose tensors are all gone is rewound
 and reused, keeping its buffers, so a training loop allocates nothing per step.
 """
+import struct
 import sys
 import threading
 
@@ -29,6 +30,9 @@ import numpy as np
 from tapejit.dtypes import float32, float64
 
 _ARENA_DTYPES = (np.float64, np.float32)
+# Writes one record's six fields straight into the record column: no Python objects are
+# kept per record and nothing needs converting at flush.
+pack_record = struct.Struct("6q").pack_into
 _TAPE_DTYPES = (float64, float32)
 
 
@@ -54,12 +58,13 @@ def sweeps():
 
 
 class Tape:
-    __slots__ = ("recs", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
+    __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "grad_loads",
                  "serial", "thread", "hooks", "retained", "poisoned", "_producers", "__weakref__")
 
     def __init__(self):
         self.rec = np.zeros((256, 6), np.int64)
+        self.cap = 256
         self.ints = np.zeros(256, np.int64)
         self.floats = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
         self.vals = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
@@ -70,10 +75,10 @@ class Tape:
 
     def reset(self):
         """Forget all records and values but keep the buffers for reuse."""
-        self.recs = []
+        self.n = 0          # records written
         self.pints = []
         self.pfloats = []
-        self.nrec = 0
+        self.nrec = 0       # records whose values are computed
         self.nints = 0
         self.nfloats = 2  # floats[0:2] stay 0.0 (unused constants read as 0)
         self.cursor = [0, 0]
@@ -93,7 +98,22 @@ class Tape:
 
     @property
     def n_records(self):
-        return self.nrec + len(self.recs) // 6
+        return self.n
+
+    def append(self, code, out, a, b, p, q):
+        n = self.n
+        if n == self.cap:
+            self.grow()
+        pack_record(self.rec, n * 48, code, out, a, b, p, q)
+        self.n = n + 1
+
+    def grow(self):
+        size = 2 * self.cap
+        self.rec = _grown(self.rec, size, self.n)
+        freed = np.zeros(size, np.uint8)
+        freed[:self.n] = self.freed[:self.n]
+        self.freed = freed
+        self.cap = size
 
     def add_ints(self, values):
         """Append static ints; returns their index in ``ints``."""
@@ -142,7 +162,7 @@ class Tape:
         needs_grad = t._rg and state.grad and dt is t._dtype
         if needs_grad:
             self.grad_loads.append((index, d, off))
-        self.recs += (LOAD.opcode * 2 + d, off, -1, -1, index, n)
+        self.append(LOAD.opcode * 2 + d, off, -1, -1, index, n)
         self.loaded[(key, d)] = (off, version, t)
         return off
 
@@ -173,20 +193,10 @@ class Tape:
     # ---- flush: pending lists -> columns, then the compiled forward ----------------------
 
     def flush(self):
-        recs = self.recs
-        if not recs:
-            return
         lo = self.nrec
-        new = np.array(recs, dtype=np.int64).reshape(-1, 6)
-        recs.clear()
-        hi = lo + len(new)
-        if hi > len(self.rec):
-            size = max(hi, 2 * len(self.rec))
-            self.rec = _grown(self.rec, size, lo)
-            freed = np.zeros(size, np.uint8)
-            freed[:lo] = self.freed[:lo]
-            self.freed = freed
-        self.rec[lo:hi] = new
+        hi = self.n
+        if hi == lo:
+            return
         if self.pints:
             end = self.nints + len(self.pints)
             if end > len(self.ints):

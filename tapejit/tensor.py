@@ -354,7 +354,7 @@ class Tensor:
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
         from tapejit.ops.movement import unbind
-        return iter(unbind(self, 0))
+        return iter(unbind(self, 0))  # torch iterates by unbind: one UnbindBackward0 per row
 
     def __reduce__(self):
         return (_rebuild, (np.array(self._value()), self._rg))

@@ -180,6 +180,9 @@ _Scalar = (_numbers.Real,)
 
 
 def _is_scalar(x):
+    t = type(x)
+    if t is float or t is int:
+        return True
     return isinstance(x, _Scalar) and not isinstance(x, Tensor)
 
 
@@ -188,13 +191,36 @@ def _int_result(t, c):
     return not t._dtype.is_floating_point and isinstance(c, _numbers.Integral)
 
 
+def _scalar_fast(op, t, c):
+    """``tensor op python_float`` on a float tensor: the common case, straight to the tape."""
+    return record_unary(op, t, float(c))
+
+
 def _scalar_op(op, t, c, numpy_fn):
     if _int_result(t, c):
         return _concrete(np.asarray(numpy_fn(t._value(), c)))
     return record_unary(op, t, float(c))
 
 
-@export(method=True, dunders=("__add__", "__radd__"))
+@export(function=False, dunders=("__add__", "__radd__"))
+def _add_operator(input, other):
+    if type(other) is Tensor:
+        return record_binary(ADD, input, other, np.add)
+    if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
+        return record_unary(_u.ADD_SCALAR, input, float(other))
+    return add(input, other)
+
+
+@export(function=False, dunders=("__mul__", "__rmul__"))
+def _mul_operator(input, other):
+    if type(other) is Tensor:
+        return record_binary(MUL, input, other, np.multiply)
+    if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
+        return record_unary(_u.MUL_SCALAR, input, float(other))
+    return mul(input, other)
+
+
+@export(method=True)
 def add(input, other, alpha=1):
     if type(other) is Tensor:
         if alpha != 1:
@@ -232,7 +258,7 @@ def rsub(input, other, alpha=1):
     return sub(as_tensor_operand(other, input), input, alpha)
 
 
-@export(method=True, dunders=("__mul__", "__rmul__"))
+@export(method=True)
 def mul(input, other):
     if type(other) is Tensor:
         return record_binary(MUL, input, other, np.multiply)

@@ -6,7 +6,7 @@ sweep's per-slot adjoints stay simple, and every gradient is the transpose of th
 (a scatter-add, which sums duplicates and broadcast dimensions).
 
 Static layouts live in the tape's ``ints`` column at index ``p``:
-``copy_range``: [start, source size]             (n elements = q)
+``copy_range``: no ints: b = ~start, p = count, q = source size
 ``strided``:    [ndim, start, source size, sizes..., strides...]
 ``gather``:     [n, source size, flat indices...]
 ``cat``:        [k, outer, (operand, inner) * k]
@@ -24,24 +24,24 @@ from tapejit.samples import cases, anywhere
 
 @kernel
 def copy_range_forward(v, out, a, b, p, q, ints, floats):
-    start = a + ints[p]
-    for i in range(q):
+    # b = start within the source (recorded as ~start: not an operand), p = count
+    start = a + b
+    for i in range(p):
         v[out + i] = v[start + i]
 
 
 @kernel
 def copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # q = the source's size, for zeroing the part of its adjoint this copy does not cover
     if ma == 0:
         return
-    start = ints[p]
-    size = ints[p + 1]
-    if ma == 1 and start == 0 and q == size:
-        for i in range(q):
+    if ma == 1 and b == 0 and p == q:
+        for i in range(p):
             g[a + i] = g[out + i]
         return
-    zero_if_first(g, a, size, ma)
-    for i in range(q):
-        g[a + start + i] += g[out + i]
+    zero_if_first(g, a, q, ma)
+    for i in range(p):
+        g[a + b + i] += g[out + i]
 
 
 def _t(tj, x):
@@ -49,6 +49,7 @@ def _t(tj, x):
 
 
 RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
+                        operands=1,
                         samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
                                       ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere),
                                       ("unsqueeze", lambda tj, x: x.unsqueeze(1), [(3, 4)], anywhere),
@@ -124,6 +125,7 @@ def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 PERMUTE = define_kernel("permute", "PermuteBackward0", strided_forward, strided_backward, saves=False,
+                        operands=1,
                         samples=cases(("permute", lambda tj, x: x.permute(2, 0, 1), [(2, 3, 4)], anywhere)))
 TRANSPOSE = same_kernels("transpose", "TransposeBackward0", PERMUTE,
                          samples=cases(("t", lambda tj, x: x.t(), [(3, 4)], anywhere),
@@ -160,6 +162,7 @@ def gather_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 INDEX = define_kernel("index", "IndexBackward0", gather_forward, gather_backward, saves=False,
+                      operands=1,
                       samples=cases(("int_array", lambda tj, x: x[np.array([0, 2, 2])], [(4, 3)], anywhere),
                                     ("mask", lambda tj, x: x[np.array([True, False, True, True])], [(4,)], anywhere),
                                     ("pair", lambda tj, x: x[[0, 1], [2, 0]], [(3, 3)], anywhere)))
@@ -258,8 +261,9 @@ from tapejit.recording import (record, encode_operand, contiguous_strides, broad
                                result_dtype, cast as _cast, float_input, as_tensor_operand)
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
-from tapejit.tape import state as _state, current as _current  # noqa: E402
-from tapejit.tensor import Tensor, _concrete  # noqa: E402
+from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
+from tapejit.recording import operand as _operand  # noqa: E402
+from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
 
 
 def _plain(t):
@@ -268,9 +272,21 @@ def _plain(t):
 
 
 def _copy_range(op, x, start, n, shape):
+    """Record ``x``'s elements ``start .. start+n`` as a tensor of ``shape`` (hot path)."""
     tape = _state.tape or _current()
-    p = tape.add_ints((start, max(x._numel, 1)))
-    return record(op, (x,), shape, x._dtype, p, n)
+    dt = x._dtype
+    xo = x._off if x._tape is tape else _operand(tape, x, dt)
+    rg = x._rg and _state.grad
+    d = dt.arena
+    cur = tape.cursor
+    off = cur[d]
+    cur[d] = off + (n or 1)
+    r = tape.n
+    if r == tape.cap:
+        tape.grow()
+    _pack(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
+    tape.n = r + 1
+    return _taped(tape, off, shape, n, dt, rg)
 
 
 def strided_view(op, x, sizes, strides, start):
@@ -662,7 +678,43 @@ export(cat, name="concatenate")
 
 @export()
 def stack(tensors, dim=0):
+    if dim == 0:
+        fast = _stack_taped(tensors)
+        if fast is not None:
+            return fast
     return _joined(STACK, tensors, dim, stack=True)
+
+
+def _stack_taped(tensors):
+    """``stack(dim=0)`` of same-shape float tensors already on this tape (the scalar
+    graphs' hot path); ``None`` when the general path is needed."""
+    tape = _state.tape
+    if tape is None or not tensors:
+        return None
+    first = tensors[0]
+    dt = first._dtype
+    shape = first._shape
+    n = first._numel
+    grad = _state.grad
+    fields = [len(tensors), 1]
+    rg = False
+    for x in tensors:
+        if type(x) is not Tensor or x._tape is not tape or x._dtype is not dt or x._shape != shape:
+            return None
+        if grad and x._rg:
+            fields += (x._off, n)
+            rg = True
+        else:
+            fields += (~x._off, n)
+    total = n * len(tensors)
+    d = dt.arena
+    p = tape.nints + len(tape.pints)
+    tape.pints += fields
+    cur = tape.cursor
+    off = cur[d]
+    cur[d] = off + (total or 1)
+    tape.append(STACK.opcode * 2 + d, off, -1, -1, p, total)
+    return _taped(tape, off, (len(tensors),) + shape, total, dt, rg)
 
 
 @export()
@@ -721,7 +773,7 @@ def unbind(input, dim=0):
     if d == 0:
         inner = input._numel // shape[0] if shape[0] else 0
         rest = shape[1:]
-        return tuple(_copy_range(UNBIND, input, i * inner, inner, rest) for i in range(shape[0]))
+        return tuple([_copy_range(UNBIND, input, i * inner, inner, rest) for i in range(shape[0])])
     return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
 
 
