@@ -64,40 +64,57 @@ def pytest_report_header(config):
 
 
 def _fmt(seconds):
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
-            return f"{seconds / scale:8.3f} {unit}"
+            return f"{seconds / scale:8.3f} {unit:2s}"
     return f"{seconds / 1e-9:8.3f} ns"
 
 
 def _ratio_lines(benchmarks):
-    groups = {}
+    """Per group: mean, median and min of each peer, and each peer's time over tapejit's.
+
+    ``peer/tapejit`` > 1 means tapejit is faster; for a peer that is faster than tapejit
+    (NumPy) read its inverse, ``tapejit/peer``: how many times slower tapejit is.
+    """
+    groups, notes = {}, {}
     for bench in benchmarks:
         stats = getattr(bench, "stats", None)
         name = (getattr(bench, "params", None) or {}).get("peer")
         if stats is None or name is None:
             continue
-        groups.setdefault(bench.group, {})[name] = stats.mean
+        groups.setdefault(bench.group, {})[name] = (stats.mean, stats.median, stats.min)
+        extra = {k: v for k, v in (getattr(bench, "extra_info", None) or {}).items()
+                 if k in ("records", "ns_per_record", "ns_per_record_median", "in_process_s")}
+        if extra:
+            notes.setdefault(bench.group, []).append(
+                f"  {name}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
     lines = []
-    for group, means in groups.items():
+    for group, times in groups.items():
         lines.append(group)
-        base = means.get("tapejit")
-        for name, mean in sorted(means.items(), key=lambda kv: kv[1]):
+        lines.append(f"  {'peer':8s} {'mean':>11s} {'median':>11s} {'min':>11s}"
+                     "   peer/tapejit (mean, median)   tapejit/peer (mean, median)")
+        base = times.get("tapejit")
+        for name, (mean, median, low) in sorted(times.items(), key=lambda kv: kv[1][0]):
             ratio = ""
             if base and name != "tapejit":
-                ratio = f"   {name}/tapejit = {mean / base:7.2f}   tapejit/{name} = {base / mean:7.2f}"
-            lines.append(f"  {name:8s} mean {_fmt(mean)}{ratio}")
+                ratio = (f"   {mean / base[0]:8.2f} {median / base[1]:8.2f}          "
+                         f"   {base[0] / mean:8.2f} {base[1] / median:8.2f}")
+            lines.append(f"  {name:8s} {_fmt(mean)} {_fmt(median)} {_fmt(low)}{ratio}")
+        lines.extend(notes.get(group, ()))
         target = workloads.TARGETS.get(group)
         if target and base:
             other, kind, bound, text = target
-            if kind == "seconds":
-                ok = base <= bound
-            elif other in means:
-                ok = (means[other] / base >= bound) if kind == "speedup" else (base / means[other] <= bound)
-            else:
-                ok = None
-            verdict = {True: "met", False: "NOT met", None: "peer missing"}[ok]
-            lines.append(f"  target: {text}: {verdict}")
+            verdicts = []
+            for i, stat in ((0, "mean"), (1, "median")):
+                if kind == "seconds":
+                    ok = base[i] <= bound
+                elif other in times:
+                    ratio = times[other][i] / base[i]
+                    ok = ratio >= bound if kind == "speedup" else 1.0 / ratio <= bound
+                else:
+                    ok = None
+                verdicts.append(f"{stat}: " + {True: "met", False: "NOT met", None: "peer missing"}[ok])
+            lines.append(f"  target ({text}): {', '.join(verdicts)}")
     return lines
 
 

@@ -7,6 +7,7 @@ conftest prints the ratios per group after pytest-benchmark's table.
 """
 import functools
 import gc
+import os
 import re
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def _per_record(benchmark, n_records):
     stats = getattr(benchmark, "stats", None)
     if stats is not None and n_records:
         benchmark.extra_info["ns_per_record"] = round(stats.stats.mean * 1e9 / n_records, 2)
+        benchmark.extra_info["ns_per_record_median"] = round(stats.stats.median * 1e9 / n_records, 2)
 
 
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
@@ -149,9 +151,9 @@ def test_rosenbrock_grad(benchmark, peer, n):
 # ---------------------------------------------------------------------------------------
 # start-up: a fresh interpreter imports the library and takes its first gradient
 
-def _run_startup(name):
+def _run_startup(name, env=None):
     proc = subprocess.run([sys.executable, "-c", W.startup_script(name)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"{name} start-up script failed ({proc.returncode}):\n{proc.stderr}")
     match = re.search(r"IN_PROCESS_S (\S+)", proc.stdout)
@@ -173,3 +175,24 @@ def test_startup(benchmark, peer):
     benchmark.pedantic(lambda: inner.append(_run_startup(peer.name)),
                        rounds=STARTUP_ROUNDS, iterations=1)
     benchmark.extra_info["in_process_s"] = round(sum(inner) / len(inner), 4)
+
+
+@pytest.mark.skipif(os.environ.get("TAPEJIT_BENCH_COLD") != "1",
+                    reason="cold start compiles every sweep (minutes of CPU); "
+                           "set TAPEJIT_BENCH_COLD=1 to run it")
+@pytest.mark.parametrize("peer", ("tapejit",), indirect=True)
+def test_startup_cold(benchmark, peer, tmp_path):
+    """As ``test_startup`` but with an empty Numba cache (``NUMBA_CACHE_DIR`` = a new
+    directory per round), so the child compiles the sweeps it uses.  One round."""
+    benchmark.group = W.GROUP_STARTUP_COLD
+    rounds = []
+
+    def setup():
+        cache = tmp_path / f"numba-cache-{len(rounds)}"
+        cache.mkdir()
+        rounds.append(cache)
+        return (peer.name, dict(os.environ, NUMBA_CACHE_DIR=str(cache))), {}
+
+    inner = benchmark.pedantic(_run_startup, setup=setup, rounds=1, iterations=1)
+    if inner is not None:
+        benchmark.extra_info["in_process_s"] = round(inner, 3)

@@ -140,7 +140,7 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
             adj[off:off + len(g)] = g
             flags[off] = 1
     stops = _stops(tape, targets)
-    sw = sweeps()
+    sw = sweeps(tape.groups)
     anomaly = state.anomaly
     try:
         for start, end, kind in reversed(list(segments(tape.rec, 0, tape.nrec, CAST.opcode,

@@ -15,7 +15,6 @@ Kinds of op, each with the rule shapes the sweep generator knows how to loop ove
 ``load``    brings a leaf, a constant or another tape's tensor into the arena (no kernel).
 """
 import hashlib
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -35,6 +34,9 @@ class Op:
     backward: Optional[Callable] = None
     nconst: int = 0
     operands: int = 2              # tensor operands in fields a, b (kernels with one use b freely)
+    # Ops are compiled by group: a program's first gradient compiles only the groups its
+    # tape uses (cold start-up), and the sweep for a set of groups is cached on disk.
+    group: str = ""
     # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
     # exercise the op through the public API; the gradient tests run every case.
     samples: Optional[Callable] = None
@@ -47,32 +49,43 @@ OPS: list = []
 BY_NAME: dict = {}
 
 
+GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg")
+_MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
+                 "linalg": "linalg", "activation": "activation", "unary": "math"}
+
+
 def _register(op):
     if op.name in BY_NAME:
         raise ValueError(f"op {op.name!r} is defined twice")
+    if not op.group:
+        op.group = _MODULE_GROUP.get(op.module.rsplit(".", 1)[-1], "math")
+    if op.group not in GROUPS:
+        raise ValueError(f"op {op.name!r}: unknown group {op.group!r}")
     op.opcode = len(OPS)
     OPS.append(op)
     BY_NAME[op.name] = op
     return op
 
 
-def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None):
+def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, group=""):
     return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
-                        nconst=nconst, samples=samples, module=value.py_func.__module__, operands=1))
+                        nconst=nconst, samples=samples, module=value.py_func.__module__, operands=1,
+                        group=group))
 
 
-def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None):
+def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group=""):
     return _register(Op(name, node, "binary", saves=saves, value=value, grad_x=grad_x,
-                        grad_y=grad_y, samples=samples, module=value.py_func.__module__))
+                        grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group))
 
 
-def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2):
+def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group=""):
     return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
-                        samples=samples, module=forward.py_func.__module__, operands=operands))
+                        samples=samples, module=forward.py_func.__module__, operands=operands,
+                        group=group))
 
 
 def define_special(name, node, kind, saves=False, samples=None):
-    return _register(Op(name, node, kind, saves=saves, samples=samples))
+    return _register(Op(name, node, kind, saves=saves, samples=samples, module="tapejit.ops.core"))
 
 
 def same_kernels(name, node, like, saves=None, samples=None):
@@ -80,28 +93,23 @@ def same_kernels(name, node, like, saves=None, samples=None):
     op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
-            samples=samples, module=like.module, operands=like.operands)
+            samples=samples, module=like.module, operands=like.operands, group=like.group)
     return _register(op)
 
 
-def _compiled_functions(op):
-    return [fn for fn in (op.value, op.grad, op.grad_x, op.grad_y, op.forward, op.backward)
-            if fn is not None]
-
-
-def registry_hash():
-    """Hash of everything compiled into the sweeps: each op's kernels and rules (their
-    source text), the op table, the shared kernel helpers, the generator and the Numba
-    options.  Front-end code in op modules does not count, so editing it recompiles nothing."""
+def source_files():
+    """Every file whose text can change compiled code: the op modules (rules and kernels),
+    their helpers, the generator and the Numba options."""
     here = Path(__file__).parent
+    return sorted((here / "ops").glob("*.py")) + [here / name for name in
+                                                   ("codegen.py", "_inline.py", "_jit.py", "registry.py")]
+
+
+def registry_hash(files=None):
+    """Hash of the sources behind the sweeps.  Reading a dozen files costs a millisecond at
+    start-up; editing any op module (even a front end) regenerates and recompiles."""
     h = hashlib.sha256()
-    for f in (here / "codegen.py", here / "_jit.py", here / "ops" / "_kernel_helpers.py"):
+    for f in files or source_files():
+        h.update(f.name.encode())
         h.update(f.read_bytes())
-    seen = set()
-    for op in OPS:
-        h.update(f"{op.opcode}:{op.name}:{op.kind}:{op.nconst}:{op.saves};".encode())
-        for fn in _compiled_functions(op):
-            if fn.py_func not in seen:
-                seen.add(fn.py_func)
-                h.update(inspect.getsource(fn.py_func).encode())
     return h.hexdigest()[:16]

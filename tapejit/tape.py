@@ -21,6 +21,7 @@ One tape per thread (``current()``).  After ``backward()`` without ``retain_grap
 thread moves on to a fresh tape; a finished tape whose tensors are all gone is rewound
 and reused, keeping its buffers, so a training loop allocates nothing per step.
 """
+import os
 import struct
 import sys
 import threading
@@ -46,21 +47,35 @@ class _ThreadState(threading.local):
 
 state = _ThreadState()
 _serial = [0]
-_sweeps = []
+# Op groups this process has compiled sweeps for; it only grows, so a process loads a
+# handful of sweep variants at most.  TAPEJIT_SWEEP_GROUPS=all starts with everything.
+_process_groups = [0]
+_group_bits = []
 
 
-def sweeps():
-    """The generated compiled sweeps (loaded, and if needed regenerated, on first use)."""
-    if not _sweeps:
-        from tapejit.codegen import load_sweeps
-        _sweeps.append(load_sweeps())
-    return _sweeps[0]
+def _bits_by_opcode():
+    if not _group_bits:
+        from tapejit import registry
+        _group_bits.append(np.array([1 << registry.GROUPS.index(op.group) for op in registry.OPS],
+                                    np.int64))
+        if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all":
+            _process_groups[0] = (1 << len(registry.GROUPS)) - 1
+    return _group_bits[0]
+
+
+def sweeps(mask):
+    """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
+    from tapejit.codegen import load_sweeps
+    mask |= _process_groups[0]
+    _process_groups[0] = mask
+    return load_sweeps(mask)
 
 
 class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "grad_loads",
-                 "serial", "thread", "hooks", "retained", "poisoned", "_producers", "__weakref__")
+                 "serial", "thread", "hooks", "retained", "poisoned", "_producers", "groups",
+                 "__weakref__")
 
     def __init__(self):
         self.rec = np.zeros((256, 6), np.int64)
@@ -90,6 +105,7 @@ class Tape:
         self.poisoned = None
         self._producers = None
         self.freed[:] = 0
+        self.groups = 0
         _serial[0] += 1
         self.serial = _serial[0]
         self.thread = threading.get_ident()
@@ -218,11 +234,13 @@ class Tape:
             self._ensure_arena(d, self.cursor[d])
         self.nrec = hi
         self._producers = None
+        codes = self.rec[lo:hi, 0] >> 1
+        self.groups |= int(np.bitwise_or.reduce(_bits_by_opcode()[codes]))
         self._run_forward(lo, hi)
 
     def _run_forward(self, lo, hi):
         from tapejit.ops.core import CAST
-        sw = sweeps()
+        sw = sweeps(self.groups)
         for start, end, kind in segments(self.rec, lo, hi, CAST.opcode):
             if kind == "cast":
                 self._cast_forward(start)

@@ -49,7 +49,7 @@ def _t(tj, x):
 
 
 RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
-                        operands=1,
+                        operands=1, group="copy",
                         samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
                                       ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere),
                                       ("unsqueeze", lambda tj, x: x.unsqueeze(1), [(3, 4)], anywhere),
@@ -214,7 +214,7 @@ def cat_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         col += inner
 
 
-CAT = define_kernel("cat", "CatBackward0", cat_forward, cat_backward, saves=False,
+CAT = define_kernel("cat", "CatBackward0", cat_forward, cat_backward, saves=False, group="copy",
                     samples=cases(("cat0", lambda tj, x, y: tj.cat([x, y]), [(2, 3), (4, 3)], anywhere),
                                   ("cat1", lambda tj, x, y: tj.cat([x, y, x], dim=1), [(2, 3), (2, 1)], anywhere)))
 STACK = same_kernels("stack", "StackBackward0", CAT,

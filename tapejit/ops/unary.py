@@ -12,6 +12,17 @@ import numpy as np
 
 from tapejit._jit import rule
 from tapejit.registry import define_unary
+
+
+def define_arith(*args, **kwargs):
+    """Arithmetic with a Python scalar: compiled with the binary arithmetic ops."""
+    return define_unary(*args, group="arith", **kwargs)
+
+
+def define_activation(*args, **kwargs):
+    """Activation functions: compiled with softmax and friends."""
+    return define_unary(*args, group="activation", **kwargs)
+
 from tapejit.samples import unary_samples, positive, anywhere, away_from_zero, bounded
 
 # ---- arithmetic with a Python scalar (the scalar is c0) -----------------------------------
@@ -27,7 +38,7 @@ def neg_grad(x, y, g, c0, c1):
     return -g
 
 
-NEG = define_unary("neg", "NegBackward0", neg_value, neg_grad, saves=False,
+NEG = define_arith("neg", "NegBackward0", neg_value, neg_grad, saves=False,
                    samples=unary_samples("neg", anywhere))
 
 
@@ -41,7 +52,7 @@ def add_scalar_grad(x, y, g, c0, c1):
     return g
 
 
-ADD_SCALAR = define_unary("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
+ADD_SCALAR = define_arith("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
                           nconst=1, saves=False,
                           samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
 
@@ -56,7 +67,7 @@ def rsub_scalar_grad(x, y, g, c0, c1):
     return -g
 
 
-RSUB_SCALAR = define_unary("rsub_scalar", "RsubBackward1", rsub_scalar_value, rsub_scalar_grad,
+RSUB_SCALAR = define_arith("rsub_scalar", "RsubBackward1", rsub_scalar_value, rsub_scalar_grad,
                            nconst=1, saves=False,
                            samples=unary_samples("rsub_scalar", anywhere, lambda tj, x: 2.0 - x))
 
@@ -71,7 +82,7 @@ def mul_scalar_grad(x, y, g, c0, c1):
     return g * c0
 
 
-MUL_SCALAR = define_unary("mul_scalar", "MulBackward0", mul_scalar_value, mul_scalar_grad,
+MUL_SCALAR = define_arith("mul_scalar", "MulBackward0", mul_scalar_value, mul_scalar_grad,
                           nconst=1, saves=False,
                           samples=unary_samples("mul_scalar", anywhere, lambda tj, x: x * -3.0))
 
@@ -86,7 +97,7 @@ def div_scalar_grad(x, y, g, c0, c1):
     return g / c0
 
 
-DIV_SCALAR = define_unary("div_scalar", "DivBackward0", div_scalar_value, div_scalar_grad,
+DIV_SCALAR = define_arith("div_scalar", "DivBackward0", div_scalar_value, div_scalar_grad,
                           nconst=1, saves=False,
                           samples=unary_samples("div_scalar", anywhere, lambda tj, x: x / 4.0))
 
@@ -101,7 +112,7 @@ def rdiv_scalar_grad(x, y, g, c0, c1):
     return -g * y / x
 
 
-RDIV_SCALAR = define_unary("rdiv_scalar", "DivBackward0", rdiv_scalar_value, rdiv_scalar_grad,
+RDIV_SCALAR = define_arith("rdiv_scalar", "DivBackward0", rdiv_scalar_value, rdiv_scalar_grad,
                            nconst=1,
                            samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
 
@@ -118,7 +129,7 @@ def pow_scalar_grad(x, y, g, c0, c1):
     return g * c0 * x ** (c0 - 1.0)
 
 
-POW_SCALAR = define_unary("pow_scalar", "PowBackward0", pow_scalar_value, pow_scalar_grad,
+POW_SCALAR = define_arith("pow_scalar", "PowBackward0", pow_scalar_value, pow_scalar_grad,
                           nconst=1,
                           samples=lambda rng: (unary_samples("pow_scalar", anywhere, lambda tj, x: x ** 2)(rng)
                                                + unary_samples("pow_scalar_frac", positive,
@@ -139,7 +150,7 @@ def rpow_scalar_grad(x, y, g, c0, c1):
     return g * y * np.log(c0)
 
 
-RPOW_SCALAR = define_unary("rpow_scalar", "PowBackward1", rpow_scalar_value, rpow_scalar_grad,
+RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward1", rpow_scalar_value, rpow_scalar_grad,
                            nconst=1,
                            samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
 
@@ -304,7 +315,7 @@ def tanh_grad(x, y, g, c0, c1):
     return g * (1.0 - y * y)
 
 
-TANH = define_unary("tanh", "TanhBackward0", tanh_value, tanh_grad, samples=unary_samples("tanh", anywhere))
+TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, samples=unary_samples("tanh", anywhere))
 
 
 @rule
@@ -321,7 +332,7 @@ def sigmoid_grad(x, y, g, c0, c1):
     return g * y * (1.0 - y)
 
 
-SIGMOID = define_unary("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
+SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
                        samples=unary_samples("sigmoid", anywhere))
 
 
@@ -335,7 +346,7 @@ def relu_grad(x, y, g, c0, c1):
     return g if y > 0 else g * 0.0
 
 
-RELU = define_unary("relu", "ReluBackward0", relu_value, relu_grad, samples=unary_samples("relu", away_from_zero))
+RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, samples=unary_samples("relu", away_from_zero))
 
 
 @rule
@@ -354,7 +365,7 @@ def softplus_grad(x, y, g, c0, c1):
     return g * z / (z + 1.0)
 
 
-SOFTPLUS = define_unary("softplus", "SoftplusBackward0", softplus_value, softplus_grad, nconst=2,
+SOFTPLUS = define_activation("softplus", "SoftplusBackward0", softplus_value, softplus_grad, nconst=2,
                         samples=unary_samples("softplus", anywhere,
                                               lambda tj, x: tj.nn.functional.softplus(x, beta=1.5)))
 
@@ -389,7 +400,7 @@ def clamp_grad(x, y, g, c0, c1):
     return g * 0.0
 
 
-CLAMP = define_unary("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
+CLAMP = define_activation("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
                      samples=unary_samples("clamp", away_from_zero, lambda tj, x: tj.clamp(x, -0.5, 0.7)))
 
 
@@ -405,7 +416,7 @@ def gelu_grad(x, y, g, c0, c1):
     return g * (cdf + x * pdf)
 
 
-GELU = define_unary("gelu", "GeluBackward0", gelu_value, gelu_grad,
+GELU = define_activation("gelu", "GeluBackward0", gelu_value, gelu_grad,
                     samples=unary_samples("gelu", anywhere, lambda tj, x: tj.nn.functional.gelu(x)))
 
 
@@ -423,7 +434,7 @@ def gelu_tanh_grad(x, y, g, c0, c1):
     return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
 
 
-GELU_TANH = define_unary("gelu_tanh", "GeluBackward0", gelu_tanh_value, gelu_tanh_grad,
+GELU_TANH = define_activation("gelu_tanh", "GeluBackward0", gelu_tanh_value, gelu_tanh_grad,
                          samples=unary_samples("gelu_tanh", anywhere,
                                                lambda tj, x: tj.nn.functional.gelu(x, approximate="tanh")))
 
@@ -438,7 +449,7 @@ def leaky_relu_grad(x, y, g, c0, c1):
     return g if x > 0 else g * c0
 
 
-LEAKY_RELU = define_unary("leaky_relu", "LeakyReluBackward0", leaky_relu_value, leaky_relu_grad, nconst=1,
+LEAKY_RELU = define_activation("leaky_relu", "LeakyReluBackward0", leaky_relu_value, leaky_relu_grad, nconst=1,
                           samples=unary_samples("leaky_relu", away_from_zero,
                                                 lambda tj, x: tj.nn.functional.leaky_relu(x, 0.1)))
 

@@ -1,0 +1,86 @@
+"""The generated sweep is derived from the registry and can never be stale."""
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tapejit
+from tapejit import codegen, registry
+from tapejit.ops import unary
+
+
+EVERYTHING = codegen.group_mask(registry.GROUPS)
+
+
+def test_generated_sweep_is_current():
+    module = codegen.load_sweeps(EVERYTHING)
+    text = Path(module.__file__).read_text()
+    assert module.REGISTRY_HASH == registry.registry_hash()
+    assert text == codegen.generate_source(codegen.ops_in(EVERYTHING))
+
+
+def test_every_op_is_dispatched_in_its_group():
+    for group in registry.GROUPS:
+        text = codegen.generate_source(codegen.ops_in(codegen.group_mask([group])))
+        for op in registry.OPS:
+            if op.kind in ("unary", "binary", "kernel"):
+                assert (f"op == {op.opcode}:  # {op.name}" in text) == (op.group == group)
+
+
+def test_hash_covers_every_rule_source(tmp_path):
+    files = registry.source_files()
+    rule_file = Path(inspect.getsourcefile(unary.exp_grad.py_func))
+    assert rule_file in files
+    edited = tmp_path / rule_file.name
+    edited.write_text(rule_file.read_text().replace("return g * y\n", "return g * y * 2.0\n", 1))
+    swapped = [edited if f == rule_file else f for f in files]
+    assert registry.registry_hash(swapped) != registry.registry_hash(files)
+
+
+def test_regenerates_only_when_text_changes(tmp_path):
+    stale = tmp_path / "sweep_arith.py"
+    stale.write_text('REGISTRY_HASH = "0000"\n')
+    assert codegen._current_hash_in(stale) == "0000"
+    arith = codegen.group_mask(["arith"])
+    codegen.write_generated(stale, arith)
+    assert codegen._current_hash_in(stale) == registry.registry_hash()
+    mtime = stale.stat().st_mtime_ns
+    codegen.write_generated(stale, arith)  # same text: the file, and so Numba's cache, is kept
+    assert stale.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.slow
+def test_edited_kernel_is_recompiled(tmp_path):
+    """End to end: compile and cache, edit a derivative rule, run again in a new process."""
+    work = tmp_path / "copy"
+    shutil.copytree(Path(tapejit.__file__).parent, work / "tapejit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = textwrap.dedent("""
+        import tapejit as tj
+        x = tj.tensor([0.5], dtype=tj.float64, requires_grad=True)
+        x.exp().sum().backward()
+        print(repr(x.grad.item()))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(work), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("TAPEJIT_SWEEP_GROUPS", None)
+    env.pop("TAPEJIT_CACHE_DIR", None)
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=1200, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout.strip().splitlines()[-1])
+
+    first = run()
+    unary_file = work / "tapejit" / "ops" / "unary.py"
+    text = unary_file.read_text()
+    edited = text.replace("def exp_grad(x, y, g, c0, c1):\n    return g * y\n",
+                          "def exp_grad(x, y, g, c0, c1):\n    return g * y * 3.0\n")
+    assert edited != text
+    unary_file.write_text(edited)
+    assert run() == pytest.approx(3.0 * first)
