@@ -15,14 +15,18 @@ def tape_table(t):
         code, out, a, b, p, q = (int(v) for v in rec[r])
         op = registry.OPS[code >> 1]
         d = code & 1
+        node = op.node
+        if op.kind == "load":
+            node = "AccumulateGrad" if tape.sources[p]._rg else "(constant)"
         n = q if op.kind == "load" else max(p, 1) if op.kind in ("unary", "binary") else 1
         value = tape.vals[d][out:out + min(n, 3)].tolist()
         shown = ", ".join(f"{v:.4g}" for v in value) + (", ..." if n > 3 else "")
-        lines.append(f"{r:>3}  {op.name:<12} {op.node:<18} {out:>5} {_operand(a):>6} {_operand(b):>6}  [{shown}]")
+        lines.append(f"{r:>3}  {op.name:<12} {node:<18} {out:>5} {_operand(a):>6} {_operand(b) if op.operands > 1 else '-':>6}  [{shown}]")
     return "\n".join(lines)
 
 
 def _operand(x):
+    """An operand field: an arena offset, (offset) when it needs no gradient, - for none."""
     if x == -1:
         return "-"
     return f"{x}" if x >= 0 else f"({~x})"
