@@ -51,7 +51,7 @@ def check_scalar_graph(lib):
 
 @pytest.mark.parametrize("n_ops", A_SIZES)
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
-def test_scalar_graph_eager(benchmark, peer, n_ops):
+def test_scalar_graph_eager(peer, benchmark, n_ops):
     check_scalar_graph(peer)
     assert gc.isenabled(), "workload A is timed with Python's garbage collector on"
     benchmark.group = W.GROUP_A_EAGER.format(n=n_ops)
@@ -87,7 +87,7 @@ def _per_record(benchmark, n_records):
 
 
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
-def test_scalar_graph_backward_only(benchmark, peer):
+def test_scalar_graph_backward_only(peer, benchmark):
     """``out.backward()`` alone on a recorded (and, for tapejit, flushed) graph."""
     check_scalar_graph(peer)
     benchmark.group = W.GROUP_A_BACKWARD
@@ -112,7 +112,7 @@ def test_scalar_graph_backward_only(benchmark, peer):
 
 
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
-def test_scalar_graph_record_only(benchmark, peer):
+def test_scalar_graph_record_only(peer, benchmark):
     """Recording alone (tapejit: record + flush, i.e. the forward values are computed)."""
     check_scalar_graph(peer)
     benchmark.group = W.GROUP_A_RECORD
@@ -135,7 +135,7 @@ def test_scalar_graph_record_only(benchmark, peer):
 
 @pytest.mark.parametrize("n", C_SIZES)
 @pytest.mark.parametrize("peer", ROSEN_PEERS, indirect=True)
-def test_rosenbrock_grad(benchmark, peer, n):
+def test_rosenbrock_grad(peer, benchmark, n):
     x = W.rosen_point(n)
     grad = W.rosen_grad_fn(peer)
     W.assert_rosen_grad_ok(grad(x), x, f"{peer.name} Rosenbrock gradient, n={n}")
@@ -162,7 +162,7 @@ def _run_startup(name, env=None):
 
 
 @pytest.mark.parametrize("peer", ("tapejit", "torch"), indirect=True)
-def test_startup(benchmark, peer):
+def test_startup(peer, benchmark):
     """Wall time of ``python -c 'import X; <tiny float64 gradient>'`` with warm caches.
 
     The first (untimed) run fills Numba's on-disk cache if needed, and the OS file cache.
@@ -181,7 +181,7 @@ def test_startup(benchmark, peer):
                     reason="cold start compiles every sweep (minutes of CPU); "
                            "set TAPEJIT_BENCH_COLD=1 to run it")
 @pytest.mark.parametrize("peer", ("tapejit",), indirect=True)
-def test_startup_cold(benchmark, peer, tmp_path):
+def test_startup_cold(peer, benchmark, tmp_path):
     """As ``test_startup`` but with an empty Numba cache (``NUMBA_CACHE_DIR`` = a new
     directory per round), so the child compiles the sweeps it uses.  One round."""
     benchmark.group = W.GROUP_STARTUP_COLD

@@ -71,7 +71,9 @@ def _unwrap(seq):
 def _leaf(arr, requires_grad):
     t = _concrete(arr)
     if requires_grad:
-        t.requires_grad_(True)
+        if not t._dtype.is_floating_point:
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+        t._rg = True
     return t
 
 

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from tapejit import registry
-from tapejit.tape import segments, sweeps, retire_current, state
+from tapejit.tape import sweeps, retire_current, state
 from tapejit.tensor import Tensor, _concrete
 
 _grad_lock = threading.Lock()
@@ -143,8 +143,8 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
     sw = sweeps(tape.groups)
     anomaly = state.anomaly
     try:
-        for start, end, kind in reversed(list(segments(tape.rec, 0, tape.nrec, CAST.opcode,
-                                                       stops=list(stops)))):
+        for start, end, kind in reversed(list(tape.segments(0, tape.nrec, CAST.opcode,
+                                                            stops=list(stops)))):
             if kind == "cast":
                 _cast_backward(tape, start, retain)
             elif anomaly:
@@ -224,7 +224,11 @@ def _stops(tape, targets):
     if targets is not None:
         wanted += [t for t in targets if t._tape is tape]
     stops = {}
+    seen = set()
     for t in wanted:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
         r = tape.producer(t._dtype.arena, t._off)
         if r is not None:
             stops.setdefault(r + 1, []).append(t)

@@ -14,10 +14,10 @@ from tapejit.tape import state
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 
 
-def _saving_records(tape, arena, off):
-    """Records on ``tape`` whose backward reads the value at (arena, off)."""
+def _saving_records(tape, arena, off, before):
+    """Records before index ``before`` on ``tape`` whose backward reads the value at (arena, off)."""
     tape.flush()
-    rec = tape.rec[:tape.nrec]
+    rec = tape.rec[:min(tape.nrec, before)]
     if not len(rec):
         return np.zeros(0, np.int64)
     codes = rec[:, 0]
@@ -39,14 +39,13 @@ def _saved_table():
         table = np.zeros((len(registry.OPS), 3), bool)
         for op in registry.OPS:
             if op.saves:
-                used = op.extra.get("saved", "ab")
-                table[op.opcode] = ["a" in used, "b" in used, "o" in used]
+                table[op.opcode] = ["a" in op.saved, "b" in op.saved, "o" in op.saved]
         _SAVED[:] = [table]
     return _SAVED[0]
 
 
-def poison(tape, arena, off, t, old_version):
-    rows = _saving_records(tape, arena, off)
+def poison(tape, arena, off, t, old_version, before=None):
+    rows = _saving_records(tape, arena, off, tape.n if before is None else before)
     if not len(rows):
         return
     if tape.poisoned is None:
@@ -65,7 +64,7 @@ def poison(tape, arena, off, t, old_version):
                 f"Good luck!")
 
 
-def note_leaf_write(t):
+def note_leaf_write(t, before=None):
     """A concrete tensor's array is about to change: poison saved uses on this thread's tape."""
     old = getattr(t, "_version", 0)
     t._version = old + 1
@@ -73,9 +72,9 @@ def note_leaf_write(t):
     if tape is None:
         return
     for d in (0, 1):
-        hit = tape.loaded.get((id(t), d))
-        if hit is not None and hit[2] is t:
-            poison(tape, d, hit[0], t, old)
+        for off, _, source in tape.loads_of.get((id(t), d), ()):
+            if source is t:
+                poison(tape, d, off, t, old, before)
 
 
 def check_leaf(t, op):
@@ -83,10 +82,16 @@ def check_leaf(t, op):
         raise RuntimeError(LEAF_ERROR)
 
 
-def apply_inplace(t, result, op="in-place op"):
-    """Make ``t`` hold ``result`` (its new value), keeping PyTorch's in-place semantics."""
+def apply_inplace(t, compute, op="in-place op"):
+    """Make ``t`` hold ``compute()`` (its new value), with PyTorch's in-place semantics.
+
+    ``compute`` records the out-of-place result; records it adds are the in-place op's
+    own, so only earlier records that saved ``t``'s old value are marked."""
     from tapejit.recording import cast
+    from tapejit.tape import current
     check_leaf(t, op)
+    before = current().n
+    result = compute()
     if result._shape != t._shape:
         raise RuntimeError(
             f"{op}: output with shape {list(t._shape)} doesn't match the broadcast shape "
@@ -97,17 +102,30 @@ def apply_inplace(t, result, op="in-place op"):
                 f"result type {result._dtype.name.capitalize()} can't be cast to the desired output "
                 f"type {t._dtype.name.capitalize()}")
         result = cast(result, t._dtype)
-    if t._tape is None and not (result._rg and state.grad):
+    if t._tape is None and not result._rg:
         value = result._value()
-        note_leaf_write(t)
+        note_leaf_write(t, before)
         np.copyto(t._data, value)
+        return t
+    if result._tape is None:
+        # A value with no history replaces a recorded one (zeroed, filled, copied from a
+        # constant): ``t`` becomes a plain tensor holding it.
+        if t._tape is not None:
+            poison(t._tape, t._dtype.arena, t._off, t, getattr(t, "_version", 0),
+                   before if t._tape is state.tape else None)
+        t._version = getattr(t, "_version", 0) + 1
+        t._tape = None
+        t._off = 0
+        t._data = np.array(result._value(), dtype=t._dtype.np)
+        t._rg = False
+        t._node = None
         return t
     if t._tape is not None:
         old = getattr(t, "_version", 0)
-        poison(t._tape, t._dtype.arena, t._off, t, old)
+        poison(t._tape, t._dtype.arena, t._off, t, old, before if t._tape is state.tape else None)
         t._version = old + 1
     else:
-        note_leaf_write(t)
+        note_leaf_write(t, before)
     t._tape = result._tape
     t._off = result._off
     t._rg = result._rg

@@ -6,7 +6,7 @@ from tapejit import dtypes
 
 def _format_values(arr):
     if arr.dtype == np.bool_:
-        body = np.array2string(arr, separator=", ", formatter={"bool": lambda b: "True" if b else "False"})
+        body = np.array2string(arr, separator=", ")
     elif arr.dtype.kind == "f":
         finite = arr[np.isfinite(arr)]
         use_sci = finite.size and (np.abs(finite).max() >= 1e8 or

@@ -78,12 +78,54 @@ def _numel(shape):
 
 # ---- elementwise -------------------------------------------------------------------------
 
+def eager(fn, *args):
+    """Compute an op that needs no gradient: record it, run the compiled forward, copy the
+    value out and drop the records again.  So the tape only ever holds differentiable
+    work, and loops under ``no_grad`` or on constants do not grow it."""
+    tape = state.tape or current()
+    n0 = tape.n
+    cur0 = list(tape.cursor)
+    ints0 = tape.nints + len(tape.pints)
+    floats0 = tape.nfloats + len(tape.pfloats)
+    sources0 = len(tape.sources)
+    state.eager = True
+    try:
+        t = fn(*args)
+    finally:
+        state.eager = False
+    if t._tape is not tape:
+        return t
+    tape.flush()
+    value = tape.value(t).copy()
+    for src in tape.sources[sources0:]:
+        for d in (0, 1):
+            loads = tape.loads_of.get((id(src), d))
+            if loads and loads[-1][2] is src and loads[-1][0] >= cur0[d]:
+                loads.pop()
+    del tape.sources[sources0:]
+    tape.n = tape.nrec = n0
+    tape.cursor[0], tape.cursor[1] = cur0
+    tape.nints = ints0
+    tape.nfloats = floats0
+    tape._producers = None
+    return _concrete(value)
+
+
+def on_tape(*inputs):
+    """Whether an op on ``inputs`` must be recorded (some input needs a gradient), as
+    opposed to computed now by ``eager``.  Front ends that add ``ints``/``floats`` before
+    recording ask this first, so ``eager`` drops those too."""
+    return state.eager or (state.grad and any(t._rg for t in inputs))
+
+
 def record_unary(op, x, c0=0.0, c1=0.0):
     dt = x._dtype
     if not _is_float[dt]:
         dt = dtypes.get_default_dtype()
-    tape = state.tape or current()
     rg = x._rg and state.grad
+    if not rg and not state.eager:
+        return eager(record_unary, op, x, c0, c1)
+    tape = state.tape or current()
     xo = x._off if (x._tape is tape and x._dtype is dt) else operand(tape, x, dt)
     n = x._numel
     d = dt.arena
@@ -100,6 +142,7 @@ def record_unary(op, x, c0=0.0, c1=0.0):
         tape.grow()
     pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
     tape.n = r + 1
+    tape.groups |= op.bit
     return _taped(tape, off, x._shape, n, dt, rg)
 
 
@@ -112,8 +155,10 @@ def record_binary(op, x, y, numpy_fallback=None):
             if numpy_fallback is None:
                 raise TypeError(f"{op.name}: not supported for {dt} tensors")
             return _concrete(np.asarray(numpy_fallback(x._value(), y._value())))
-    tape = state.tape or current()
     rg = (x._rg or y._rg) and state.grad
+    if not rg and not state.eager:
+        return eager(record_binary, op, x, y, numpy_fallback)
+    tape = state.tape or current()
     xs = x._shape
     ys = y._shape
     if xs == ys:
@@ -145,16 +190,21 @@ def record_binary(op, x, y, numpy_fallback=None):
     pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
                 yo if (rg and y._rg) else ~yo, n, q)
     tape.n = r + 1
+    tape.groups |= op.bit
     return _taped(tape, off, shape, n, dt, rg)
 
 
-def record(op, inputs, shape, dt, p=0, q=0, grads=None):
+def record(op, inputs, shape, dt, p=0, q=0, grads=None, listed_rg=False):
     """A kernel record with up to two tensor operands (``inputs``) of float dtype ``dt``.
 
-    ``grads`` overrides which operands can receive gradient (default: those requiring it).
+    ``grads`` overrides which operands can receive gradient (default: those requiring it);
+    ``listed_rg`` says an operand listed in ``ints`` (cat, stack) requires grad.
     """
-    tape = state.tape or current()
     enabled = state.grad
+    if not state.eager and not listed_rg and not (
+            enabled and any(t._rg and (grads is None or grads[i]) for i, t in enumerate(inputs))):
+        return eager(record, op, inputs, shape, dt, p, q, grads)
+    tape = state.tape or current()
     fields = [-1, -1]
     rg = False
     for i, t in enumerate(inputs):
@@ -168,7 +218,8 @@ def record(op, inputs, shape, dt, p=0, q=0, grads=None):
     off = cur[d]
     cur[d] = off + (n or 1)
     tape.append(op.opcode * 2 + d, off, fields[0], fields[1], p, q)
-    return _taped(tape, off, tuple(shape), n, dt, rg)
+    tape.groups |= op.bit
+    return _taped(tape, off, tuple(shape), n, dt, rg or listed_rg)
 
 
 def encode_operand(tape, t, dt):
@@ -193,14 +244,15 @@ def cast(x, dt):
         return x
     if not dt.is_floating_point or not x._dtype.is_floating_point:
         return _concrete(x._value().astype(dt.np))
-    if x._tape is None and not x._rg:
-        return _concrete(x._data.astype(dt.np))
+    rg = x._rg and state.grad
+    if not rg:
+        return _concrete(x._value().astype(dt.np))
     tape = state.tape or current()
     src = operand(tape, x, x._dtype)
-    rg = x._rg and state.grad
     n = x._numel
     off = tape.alloc(dt.arena, n)
     tape.append(CAST.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
+    tape.groups |= CAST.bit
     return _taped(tape, off, x._shape, n, dt, rg)
 
 

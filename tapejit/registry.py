@@ -26,6 +26,7 @@ class Op:
     node: str                      # PyTorch's grad_fn name, e.g. "MulBackward0"
     kind: str                      # "unary" | "binary" | "kernel" | "load" | "cast"
     saves: bool = True             # backward reads saved values (freed-graph / in-place errors)
+    saved: str = "ab"              # which: operand a, operand b, o = the output
     value: Optional[Callable] = None
     grad: Optional[Callable] = None
     grad_x: Optional[Callable] = None
@@ -37,6 +38,7 @@ class Op:
     # Ops are compiled by group: a program's first gradient compiles only the groups its
     # tape uses (cold start-up), and the sweep for a set of groups is cached on disk.
     group: str = ""
+    bit: int = 0                   # 1 << index of the group, or-ed into Tape.groups per record
     # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
     # exercise the op through the public API; the gradient tests run every case.
     samples: Optional[Callable] = None
@@ -61,16 +63,19 @@ def _register(op):
         op.group = _MODULE_GROUP.get(op.module.rsplit(".", 1)[-1], "math")
     if op.group not in GROUPS:
         raise ValueError(f"op {op.name!r}: unknown group {op.group!r}")
+    op.bit = 1 << GROUPS.index(op.group)
     op.opcode = len(OPS)
     OPS.append(op)
     BY_NAME[op.name] = op
     return op
 
 
-def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, group=""):
+def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, group="", saved="a",
+                 operands=1):
+    """``operands=2`` for ops with a Python-scalar operand, which PyTorch shows as (None, 0)."""
     return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
-                        nconst=nconst, samples=samples, module=value.py_func.__module__, operands=1,
-                        group=group))
+                        nconst=nconst, samples=samples, module=value.py_func.__module__,
+                        operands=operands, group=group, saved=saved))
 
 
 def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group=""):
@@ -78,10 +83,11 @@ def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, g
                         grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group))
 
 
-def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group=""):
+def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group="",
+                  saved="ab"):
     return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
                         samples=samples, module=forward.py_func.__module__, operands=operands,
-                        group=group))
+                        group=group, saved=saved))
 
 
 def define_special(name, node, kind, saves=False, samples=None):
@@ -93,7 +99,8 @@ def same_kernels(name, node, like, saves=None, samples=None):
     op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
-            samples=samples, module=like.module, operands=like.operands, group=like.group)
+            samples=samples, module=like.module, operands=like.operands, group=like.group,
+            saved=like.saved)
     return _register(op)
 
 

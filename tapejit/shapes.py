@@ -21,6 +21,8 @@ def reduced_dims(dim, ndim, op):
     if dim is None:
         return tuple(range(ndim))
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not dims:
+        return tuple(range(ndim))  # torch: an empty dim list reduces over every dim
     if ndim == 0:
         for d in dims:
             wrap_dim(d, 0, op)

@@ -43,37 +43,35 @@ class _ThreadState(threading.local):
         self.grad = True
         self.pool = []
         self.anomaly = False
+        self.eager = False       # inside recording.eager(): record, compute, then drop
+        self.inference = False
 
 
 state = _ThreadState()
 _serial = [0]
 # Op groups this process has compiled sweeps for; it only grows, so a process loads a
 # handful of sweep variants at most.  TAPEJIT_SWEEP_GROUPS=all starts with everything.
-_process_groups = [0]
-_group_bits = []
-
-
-def _bits_by_opcode():
-    if not _group_bits:
-        from tapejit import registry
-        _group_bits.append(np.array([1 << registry.GROUPS.index(op.group) for op in registry.OPS],
-                                    np.int64))
-        if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all":
-            _process_groups[0] = (1 << len(registry.GROUPS)) - 1
-    return _group_bits[0]
+_process = {"groups": -1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0, "module": None}
 
 
 def sweeps(mask):
     """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
+    current = _process["groups"]
+    if mask & ~current == 0 and _process["module"] is not None:
+        return _process["module"]
     from tapejit.codegen import load_sweeps
-    mask |= _process_groups[0]
-    _process_groups[0] = mask
-    return load_sweeps(mask)
+    from tapejit import registry
+    everything = (1 << len(registry.GROUPS)) - 1
+    mask = (mask | current) & everything
+    module = load_sweeps(mask)
+    _process["groups"] = mask
+    _process["module"] = module
+    return module
 
 
 class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
-                 "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "grad_loads",
+                 "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "poisoned", "_producers", "groups",
                  "__weakref__")
 
@@ -98,7 +96,8 @@ class Tape:
         self.nfloats = 2  # floats[0:2] stay 0.0 (unused constants read as 0)
         self.cursor = [0, 0]
         self.sources = []
-        self.loaded = {}
+        self.loaded = {}      # (id, arena) -> (off, version, tensor): reused loads of grad leaves
+        self.loads_of = {}    # (id, arena) -> [(off, version, tensor)]: every load, for in-place checks
         self.grad_loads = []
         self.hooks = None
         self.retained = None
@@ -119,11 +118,17 @@ class Tape:
     def append(self, code, out, a, b, p, q):
         n = self.n
         if n == self.cap:
-            self.grow()
+            self.grow(5)
         pack_record(self.rec, n * 48, code, out, a, b, p, q)
         self.n = n + 1
 
-    def grow(self):
+    def grow(self, own_refs=4):
+        # A tape that only keeps growing but that no tensor refers to any more (a loop of
+        # forward passes never followed by backward) is retired: the next op starts a
+        # fresh tape and this one returns to the pool.  ``own_refs`` counts the references
+        # the caller's frames hold (thread state, locals, getrefcount's argument).
+        if self is state.tape and sys.getrefcount(self) <= own_refs:
+            retire_current()
         size = 2 * self.cap
         self.rec = _grown(self.rec, size, self.n)
         freed = np.zeros(size, np.uint8)
@@ -152,7 +157,10 @@ class Tape:
         from tapejit.ops.core import LOAD
         key = id(t)
         version = getattr(t, "_version", 0)
-        hit = self.loaded.get((key, dt.arena))
+        # A leaf that requires grad is loaded once per tape (one slot, one adjoint).  A
+        # constant is copied at every use: its array may be shared with NumPy
+        # (``from_numpy``) and changed there, and each op must see the value it had then.
+        hit = self.loaded.get((key, dt.arena)) if t._rg else None
         if hit is not None and hit[1] == version and hit[2] is t:
             return hit[0]
         src_tape = t._tape
@@ -179,7 +187,11 @@ class Tape:
         if needs_grad:
             self.grad_loads.append((index, d, off))
         self.append(LOAD.opcode * 2 + d, off, -1, -1, index, n)
-        self.loaded[(key, d)] = (off, version, t)
+        self.groups |= LOAD.bit
+        entry = (off, version, t)
+        if t._rg and state.grad:
+            self.loaded[(key, d)] = entry
+        self.loads_of.setdefault((key, d), []).append(entry)
         return off
 
     # ---- storage -------------------------------------------------------------------------
@@ -234,14 +246,12 @@ class Tape:
             self._ensure_arena(d, self.cursor[d])
         self.nrec = hi
         self._producers = None
-        codes = self.rec[lo:hi, 0] >> 1
-        self.groups |= int(np.bitwise_or.reduce(_bits_by_opcode()[codes]))
         self._run_forward(lo, hi)
 
     def _run_forward(self, lo, hi):
         from tapejit.ops.core import CAST
         sw = sweeps(self.groups)
-        for start, end, kind in segments(self.rec, lo, hi, CAST.opcode):
+        for start, end, kind in self.segments(lo, hi, CAST.opcode):
             if kind == "cast":
                 self._cast_forward(start)
             else:
@@ -264,6 +274,18 @@ class Tape:
             keys = rec[:, 1] * 2 + (rec[:, 0] & 1)
             self._producers = dict(zip(keys.tolist(), range(self.nrec)))
         return self._producers.get(off * 2 + arena)
+
+
+def _segments_method(self, lo, hi, cast_opcode, stops=()):
+    """``segments()`` with a shortcut: a tape that used one arena has no casts and one dtype."""
+    if not stops and not (self.cursor[0] and self.cursor[1]):
+        if hi > lo:
+            return ((lo, hi, 0 if self.cursor[0] else 1),)
+        return ()
+    return segments(self.rec, lo, hi, cast_opcode, stops)
+
+
+Tape.segments = _segments_method
 
 
 def _grown(arr, size, keep):

@@ -205,10 +205,7 @@ class Tensor:
                 "computed variable in a subgraph that doesn't require differentiation use "
                 "var_no_grad = var.detach().")
         if requires_grad and not self._dtype.is_floating_point:
-            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
-        if self._tape is not None and requires_grad and not self._rg:
-            raise RuntimeError(
-                "tapejit: requires_grad_() on a computed tensor; use .detach().requires_grad_()")
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._rg = bool(requires_grad)
         return self
 
@@ -281,12 +278,9 @@ class Tensor:
                  inputs=inputs)
 
     def detach(self):
-        """Same value, no history.  Shares the value (a leaf's array, or the arena slot)."""
-        if self._tape is None:
-            t = _concrete(self._data)
-        else:
-            t = _taped(self._tape, self._off, self._shape, self._numel, self._dtype, False)
-        return t
+        """Same value, no history: a new leaf sharing the value (the leaf's array, or a view
+        of the arena slot)."""
+        return _concrete(self._value())
 
     def detach_(self):
         if self._tape is not None:

@@ -124,7 +124,7 @@ def test_threads_sgd_training_independently():
             with tj.no_grad():
                 w -= 0.1 * w.grad
             w.grad = None
-        np.testing.assert_allclose(np.asarray(w), true_w, atol=1e-3)
+        np.testing.assert_allclose(np.asarray(w.detach()), true_w, atol=1e-3)
         return True
 
     assert all(_run_threads(work))

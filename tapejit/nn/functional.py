@@ -6,5 +6,5 @@ from tapejit.ops.unary import relu as _relu, sigmoid, tanh, softplus, gelu, leak
 def relu(input, inplace=False):
     if inplace:
         from tapejit.inplace import apply_inplace
-        return apply_inplace(input, _relu(input), "relu_")
+        return apply_inplace(input, lambda: _relu(input), "relu_")
     return _relu(input)

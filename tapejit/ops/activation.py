@@ -62,11 +62,11 @@ def softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                     acc(g, a + at, v[out + at] * (g[out + at] - s), ma)
 
 
-SOFTMAX = define_kernel("softmax", "SoftmaxBackward0", softmax_forward, softmax_backward,
+SOFTMAX = define_kernel("softmax", "SoftmaxBackward0", softmax_forward, softmax_backward, saved="o",
                         samples=cases(("softmax", lambda tj, x: tj.softmax(x, dim=1), [(3, 4)], anywhere),
                                       ("softmax0", lambda tj, x: tj.nn.functional.softmax(x, dim=0), [(4,)], anywhere),
                                       ("softmax_mid", lambda tj, x: x.softmax(1), [(2, 3, 2)], anywhere)))
-LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forward, softmax_backward,
+LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forward, softmax_backward, saved="o",
                             samples=cases(("log_softmax", lambda tj, x: tj.log_softmax(x, dim=-1),
                                            [(3, 4)], anywhere),
                                           ("log_softmax0", lambda tj, x: tj.nn.functional.log_softmax(x, 0),
@@ -75,7 +75,7 @@ LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forwar
 
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
-from tapejit.recording import record, float_input  # noqa: E402
+from tapejit.recording import record, float_input, on_tape, eager  # noqa: E402
 from tapejit.shapes import wrap_dim, numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
 
@@ -84,6 +84,8 @@ def _softmax(op, input, dim, log, dtype):
     x = float_input(input)
     if dtype is not None:
         x = x.to(dtype)
+    if not on_tape(x):
+        return eager(_softmax, op, x, dim, log, None)
     shape = x._shape
     if dim is None:
         dim = 0 if len(shape) in (0, 1, 3) else 1  # torch's legacy implicit-dim choice

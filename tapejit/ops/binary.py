@@ -174,7 +174,9 @@ from tapejit.recording import record_binary, record_unary, as_tensor_operand  # 
 from tapejit.registry import same_kernels as _same  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
-SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR)
+SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR,
+                   samples=lambda rng: [(f"sub_scalar{list(s)}", lambda tj, x: x - 1.5, [rng.uniform(-2, 2, s)])
+                                        for s in [(), (4,), (2, 3)]])
 
 _Scalar = (_numbers.Real,)
 
@@ -411,7 +413,7 @@ def _inplace(name, fn):
     def inplace(input, other, *args, **kwargs):
         from tapejit.inplace import apply_inplace, check_leaf
         check_leaf(input, name)
-        return apply_inplace(input, fn(input, other, *args, **kwargs), name)
+        return apply_inplace(input, lambda: fn(input, other, *args, **kwargs), name)
     inplace.__name__ = inplace.__qualname__ = name
     return inplace
 
@@ -421,3 +423,31 @@ export(_inplace("sub_", sub), method=True, function=False, dunders=("__isub__",)
 export(_inplace("mul_", mul), method=True, function=False, dunders=("__imul__",))
 export(_inplace("div_", div), method=True, function=False, dunders=("__itruediv__",))
 export(_inplace("pow_", pow), method=True, function=False, dunders=("__ipow__",))
+
+
+@export(method=True, function=False)
+def zero_(input):
+    return fill_(input, 0.0)
+
+
+@export(method=True, function=False)
+def fill_(input, value):
+    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    check_leaf(input, "fill_")
+    if isinstance(value, Tensor):
+        value = value.item()
+    if input._tape is None:
+        note_leaf_write(input)
+        input._data.fill(value)
+        return input
+    return apply_inplace(input, lambda: input * 0.0 + value, "fill_")
+
+
+@export(method=True, function=False)
+def copy_(input, src, non_blocking=False):
+    from tapejit.inplace import apply_inplace, check_leaf
+    from tapejit.recording import expand as _expand_to
+    check_leaf(input, "copy_")
+    src = as_tensor_operand(src, input)
+    return apply_inplace(input, lambda: _expand_to(src, input._shape) if src._shape != input._shape else src * 1.0
+                         if src._rg else src, "copy_")

@@ -55,9 +55,7 @@ def bmm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 MM = define_kernel("mm", "MmBackward0", bmm_forward, bmm_backward,
                    samples=cases(("mm", lambda tj, x, y: x @ y, [(3, 4), (4, 2)], anywhere),
                                  ("mm_self", lambda tj, x: x @ x.t(), [(3, 4)], anywhere),
-                                 ("mv", lambda tj, x, y: tj.matmul(x, y), [(3, 4), (4,)], anywhere),
                                  ("vm", lambda tj, x, y: tj.matmul(x, y), [(4,), (4, 2)], anywhere),
-                                 ("dot", lambda tj, x, y: tj.dot(x, y), [(4,), (4,)], anywhere),
                                  ("outer", lambda tj, x, y: tj.outer(x, y), [(3,), (2,)], anywhere),
                                  ("mm_fn", lambda tj, x, y: tj.mm(x, y), [(2, 3), (3, 3)], anywhere)))
 BMM = same_kernels("bmm", "BmmBackward0", MM,
@@ -70,13 +68,18 @@ BMM = same_kernels("bmm", "BmmBackward0", MM,
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
+from tapejit.recording import on_tape, eager  # noqa: E402
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
-MV = same_kernels("mv", "MvBackward0", MM)
-DOT = same_kernels("dot", "DotBackward0", MM)
+MV = same_kernels("mv", "MvBackward0", MM,
+                  samples=cases(("mv", lambda tj, x, y: tj.matmul(x, y), [(3, 4), (4,)], anywhere),
+                                ("mv_fn", lambda tj, x, y: tj.mv(x, y), [(2, 3), (3,)], anywhere)))
+DOT = same_kernels("dot", "DotBackward0", MM,
+                   samples=cases(("dot", lambda tj, x, y: tj.dot(x, y), [(4,), (4,)], anywhere),
+                                 ("vecvec", lambda tj, x, y: x @ y, [(3,), (3,)], anywhere)))
 
 
 def _shape_error(op, a, b):
@@ -85,6 +88,8 @@ def _shape_error(op, a, b):
 
 
 def _bmm(op, x, y, batch, m, k, n, out_shape):
+    if not on_tape(x, y):
+        return eager(_bmm, op, x, y, batch, m, k, n, out_shape)
     tape = _state.tape or _current()
     p = tape.add_ints((batch, m, k, n))
     return record(op, (x, y), out_shape, x._dtype, p, 0)
@@ -105,6 +110,10 @@ def _prepare(x, y):
 
 @export(method=True, dunders=("__matmul__",))
 def matmul(input, other):
+    return _matmul(input, other, "matmul")
+
+
+def _matmul(input, other, name):
     x, y, dt = _prepare(input, other)
     xs, ys = x._shape, y._shape
     if not xs or not ys:
@@ -115,17 +124,18 @@ def matmul(input, other):
     if len(xs) == 1 and len(ys) == 1:
         if xs[0] != ys[0]:
             raise RuntimeError(
-                f"dot: inconsistent tensor size, expected tensor [{xs[0]}] and src [{ys[0]}] to have the "
-                f"same number of elements, but got {xs[0]} and {ys[0]} elements respectively")
+                f"{name}: inconsistent tensor size, expected tensor [{xs[0]}] and src [{ys[0]}] to have "
+                f"the same number of elements, but got {xs[0]} and {ys[0]} elements respectively "
+                f"(shapes {list(xs)} and {list(ys)})")
         return _bmm(DOT, x, y, 1, 1, xs[0], 1, ())
     if len(ys) == 1:
         if xs[-1] != ys[0]:
-            _shape_error("matmul", xs, ys)
+            _shape_error(name, xs, ys)
         m = _numel(xs[:-1])
         return _bmm(MV, x, y, 1, m, ys[0], 1, xs[:-1])
     if len(xs) == 1:
         if xs[0] != ys[-2]:
-            _shape_error("matmul", xs, ys)
+            _shape_error(name, xs, ys)
         if len(ys) == 2:
             return _bmm(MM, x, y, 1, 1, xs[0], ys[1], (ys[1],))
         x = x.reshape(1, xs[0])
@@ -134,11 +144,15 @@ def matmul(input, other):
     m, k = xs[-2], xs[-1]
     k2, n = ys[-2], ys[-1]
     if k != k2:
-        _shape_error("matmul" if len(xs) > 2 or len(ys) > 2 else "mm", xs, ys)
+        _shape_error(name, xs, ys)
     if len(ys) == 2:
         # (..., m, k) @ (k, n): fold the batch into the rows, one BLAS call.
         return _bmm(MM, x, y, 1, _numel(xs[:-1]), k, n, xs[:-1] + (n,))
-    batch = broadcast_shapes("matmul", xs[:-2], ys[:-2])
+    try:
+        batch = broadcast_shapes(name, xs[:-2], ys[:-2])
+    except RuntimeError as e:
+        raise RuntimeError(f"{name}: batch dimensions of {list(xs)} and {list(ys)} do not broadcast: "
+                           f"{e}") from None
     if xs[:-2] != batch:
         x = _expand(x, batch + (m, k))
     if ys[:-2] != batch:
@@ -156,7 +170,7 @@ def rmatmul(input, other):
 def mm(input, mat2):
     if len(input._shape) != 2 or len(mat2._shape) != 2:
         raise RuntimeError(f"mm: expected 2D tensors, got {len(input._shape)}D and {len(mat2._shape)}D")
-    return matmul(input, mat2)
+    return _matmul(input, mat2, "mm")
 
 
 @export(method=True)
@@ -165,7 +179,7 @@ def bmm(input, mat2):
         raise RuntimeError(f"bmm: expected 3D tensors, got {len(input._shape)}D and {len(mat2._shape)}D")
     if input._shape[0] != mat2._shape[0]:
         raise RuntimeError(f"bmm: batch sizes differ: {list(input._shape)} and {list(mat2._shape)}")
-    return matmul(input, mat2)
+    return _matmul(input, mat2, "bmm")
 
 
 @export(method=True)
@@ -177,7 +191,7 @@ def mv(input, vec):
 def dot(input, other):
     if len(input._shape) != 1 or len(other._shape) != 1:
         raise RuntimeError(f"1D tensors expected, but got {len(input._shape)}D and {len(other._shape)}D tensors")
-    return matmul(input, other)
+    return _matmul(input, other, "dot")
 
 
 export(dot, name="inner", method=True)

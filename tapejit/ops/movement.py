@@ -51,9 +51,17 @@ def _t(tj, x):
 RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
                         operands=1, group="copy",
                         samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
-                                      ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere),
-                                      ("unsqueeze", lambda tj, x: x.unsqueeze(1), [(3, 4)], anywhere),
-                                      ("squeeze", lambda tj, x: x.squeeze(), [(3, 1, 4)], anywhere)))
+                                      ("view", lambda tj, x: x.view(-1), [(3, 4)], anywhere),
+                                      ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere)))
+UNSQUEEZE = same_kernels("unsqueeze", "UnsqueezeBackward0", RESHAPE,
+                         samples=cases(("unsqueeze", lambda tj, x: x.unsqueeze(1), [(3, 4)], anywhere),
+                                       ("unsqueeze-1", lambda tj, x: tj.unsqueeze(x, -1), [(3,)], anywhere)))
+SQUEEZE = same_kernels("squeeze", "SqueezeBackward0", RESHAPE,
+                       samples=cases(("squeeze", lambda tj, x: x.squeeze(), [(3, 1, 4)], anywhere)))
+SQUEEZE_DIM = same_kernels("squeeze_dim", "SqueezeBackward1", RESHAPE,
+                           samples=cases(("squeeze1", lambda tj, x: x.squeeze(1), [(3, 1, 4)], anywhere)))
+CLONE = same_kernels("clone", "CloneBackward0", RESHAPE,
+                     samples=cases(("clone", lambda tj, x: x.clone(), [(3, 4)], anywhere)))
 SELECT = same_kernels("select", "SelectBackward0", RESHAPE,
                       samples=cases(("select0", lambda tj, x: x[1], [(3, 4)], anywhere),
                                     ("select-1", lambda tj, x: x[-1], [(5,)], anywhere)))
@@ -126,11 +134,14 @@ def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 PERMUTE = define_kernel("permute", "PermuteBackward0", strided_forward, strided_backward, saves=False,
                         operands=1,
-                        samples=cases(("permute", lambda tj, x: x.permute(2, 0, 1), [(2, 3, 4)], anywhere)))
+                        samples=cases(("permute", lambda tj, x: x.permute(2, 0, 1), [(2, 3, 4)], anywhere),
+                                      ("T", lambda tj, x: x.T, [(3, 4)], anywhere)))
 TRANSPOSE = same_kernels("transpose", "TransposeBackward0", PERMUTE,
-                         samples=cases(("t", lambda tj, x: x.t(), [(3, 4)], anywhere),
-                                       ("transpose", lambda tj, x: x.transpose(0, 2), [(2, 3, 4)], anywhere),
-                                       ("T", lambda tj, x: x.T, [(3, 4)], anywhere)))
+                         samples=cases(("transpose", lambda tj, x: x.transpose(0, 2), [(2, 3, 4)], anywhere),
+                                       ("transpose01", lambda tj, x: tj.transpose(x, 0, 1), [(3, 4)], anywhere)))
+TRANSPOSE_2D = same_kernels("t", "TBackward0", PERMUTE,
+                            samples=cases(("t", lambda tj, x: x.t(), [(3, 4)], anywhere),
+                                          ("t_fn", lambda tj, x: tj.t(x), [(2, 3)], anywhere)))
 EXPAND = same_kernels("expand", "ExpandBackward0", PERMUTE,
                       samples=cases(("expand", lambda tj, x: x.expand(3, 4), [(1, 4)], anywhere),
                                     ("expand_new", lambda tj, x: x.expand(2, 3, 4), [(3, 1)], anywhere),
@@ -262,7 +273,7 @@ from tapejit.recording import (record, encode_operand, contiguous_strides, broad
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
 from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
-from tapejit.recording import operand as _operand  # noqa: E402
+from tapejit.recording import operand as _operand, on_tape, eager  # noqa: E402
 from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
 
 
@@ -277,6 +288,8 @@ def _copy_range(op, x, start, n, shape):
     dt = x._dtype
     xo = x._off if x._tape is tape else _operand(tape, x, dt)
     rg = x._rg and _state.grad
+    if not rg and not _state.eager:
+        return eager(_copy_range, op, x, start, n, shape)
     d = dt.arena
     cur = tape.cursor
     off = cur[d]
@@ -286,6 +299,7 @@ def _copy_range(op, x, start, n, shape):
         tape.grow()
     _pack(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
     tape.n = r + 1
+    tape.groups |= op.bit
     return _taped(tape, off, shape, n, dt, rg)
 
 
@@ -298,6 +312,8 @@ def strided_view(op, x, sizes, strides, start):
         return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
     if not sizes:
         return _copy_range(op, x, start, 1, ())
+    if not on_tape(x):
+        return eager(strided_view, op, x, sizes, strides, start)
     tape = _state.tape or _current()
     nd = len(sizes)
     p = tape.add_ints((nd, start, max(x._numel, 1)) + tuple(sizes) + tuple(strides))
@@ -312,7 +328,7 @@ def _resolve_shape(shape, n, op):
     if -1 in shape:
         rest = _numel([s for s in shape if s != -1])
         if rest == 0 or n % rest:
-            raise RuntimeError(f"shape '{shape}' is invalid for input of size {n}")
+            raise RuntimeError(f"{op}: shape '{shape}' is invalid for input of size {n}")
         shape[shape.index(-1)] = n // rest
     if _numel(shape) != n:
         raise RuntimeError(f"{op}: shape '{list(shape)}' is invalid for input of size {n}")
@@ -320,7 +336,7 @@ def _resolve_shape(shape, n, op):
 
 
 def _reshaped(x, shape, op=RESHAPE):
-    if shape == x._shape and op is RESHAPE:
+    if shape == x._shape and op is not CLONE:
         return x
     if _plain(x):
         return _concrete(x._data.reshape(shape))
@@ -377,14 +393,14 @@ def squeeze(input, dim=None):
     else:
         dims = {_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
         new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
-    return _reshaped(input, new)
+    return _reshaped(input, new, SQUEEZE if dim is None else SQUEEZE_DIM)
 
 
 @export(method=True)
 def unsqueeze(input, dim):
     nd = len(input._shape)
     d = _wrap_dim(dim, nd + 1, "unsqueeze")
-    return _reshaped(input, input._shape[:d] + (1,) + input._shape[d:])
+    return _reshaped(input, input._shape[:d] + (1,) + input._shape[d:], UNSQUEEZE)
 
 
 @export(method=True)
@@ -427,10 +443,12 @@ export(transpose, name="swapaxes", method=True)
 def t(input):
     if len(input._shape) > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
-    return transpose(input, 0, 1) if len(input._shape) == 2 else input
+    if len(input._shape) < 2:
+        return input
+    return _permuted(input, [1, 0], TRANSPOSE_2D)
 
 
-Tensor.T = property(lambda self: _permuted(self, list(range(len(self._shape)))[::-1], TRANSPOSE))
+Tensor.T = property(lambda self: _permuted(self, list(range(len(self._shape)))[::-1], PERMUTE))
 Tensor.mT = property(lambda self: transpose(self, -2, -1))
 
 
@@ -462,7 +480,7 @@ def broadcast_tensors(*tensors):
 def clone(input, memory_format=None):
     if _plain(input):
         return _concrete(input._data.copy())
-    return _copy_range(RESHAPE, input, 0, input._numel, input._shape)
+    return _copy_range(CLONE, input, 0, input._numel, input._shape)
 
 
 @export(method=True, function=False)
@@ -483,6 +501,19 @@ def repeat(input, *sizes):
 def _is_basic(key):
     return all(k is None or k is Ellipsis or isinstance(k, (int, slice, np.integer)) and not isinstance(k, bool)
                for k in key)
+
+
+def _is_contiguous(sizes, strides):
+    """True when a view's elements are one contiguous run in order (size-1 dims ignored)."""
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size == 0:
+            return True
+        if size != 1:
+            if stride != expected:
+                return False
+            expected *= size
+    return True
 
 
 def _index_positions(shape, key):
@@ -508,16 +539,50 @@ def _norm_key(key):
 
 
 def _basic_view(x, key):
-    """sizes, strides, start of the basic-indexing view ``x[key]`` (via NumPy on a fake array)."""
+    """sizes, strides, start (in elements) of the basic-indexing view ``x[key]``: ints,
+    slices, ``None`` and one ``...``, with NumPy's (and torch's) rules."""
     shape = x._shape
-    fake = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
-                                           strides=contiguous_strides(shape))
-    try:
-        v = fake[key]
-    except IndexError as e:
-        raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
-    start = v.__array_interface__["data"][0] - fake.__array_interface__["data"][0]
-    return v.shape, v.strides, start
+    strides = contiguous_strides(shape)
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    sizes_out = []
+    strides_out = []
+    start = 0
+    d = 0
+    seen_ellipsis = False
+    for k in key:
+        if k is Ellipsis:
+            if seen_ellipsis:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            seen_ellipsis = True
+            for _ in range(len(shape) - used):
+                sizes_out.append(shape[d])
+                strides_out.append(strides[d])
+                d += 1
+        elif k is None:
+            sizes_out.append(1)
+            strides_out.append(0)
+        elif isinstance(k, slice):
+            lo, hi, step = k.indices(shape[d])
+            if step <= 0 and k.step is not None and k.step == 0:
+                raise ValueError("slice step cannot be zero")
+            sizes_out.append(len(range(lo, hi, step)))
+            strides_out.append(strides[d] * step)
+            start += lo * strides[d] if sizes_out[-1] else 0
+            d += 1
+        else:
+            i = int(k)
+            size = shape[d]
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {size}")
+            start += (i % size) * strides[d]
+            d += 1
+    while d < len(shape):
+        sizes_out.append(shape[d])
+        strides_out.append(strides[d])
+        d += 1
+    return tuple(sizes_out), tuple(strides_out), start
 
 
 @export(function=False, dunders=("__getitem__",))
@@ -529,14 +594,24 @@ def getitem(input, key):
             raise IndexError(f"index {key} is out of bounds for dimension 0 with size {n0}")
         inner = input._numel // n0 if n0 else 0
         return _copy_range(SELECT, input, (key % n0) * inner, inner, shape[1:])
+    if type(key) is slice and shape and not _plain(input) and key.step in (None, 1):
+        lo, hi, _ = key.indices(shape[0])
+        rows = hi - lo if hi > lo else 0
+        inner = input._numel // shape[0] if shape[0] else 0
+        return _copy_range(SLICE, input, lo * inner if rows else 0, rows * inner, (rows,) + shape[1:])
     key = _norm_key(key)
     if _plain(input):
-        return _concrete(input._data[key])
+        if not any(k is Ellipsis for k in key):
+            key = key + (Ellipsis,)  # NumPy then returns a 0-d view, not a scalar copy
+        try:
+            return _concrete(input._data[key])
+        except IndexError as e:
+            raise IndexError(str(e).replace("axis", "dimension")) from None
     if _is_basic(key):
         sizes, strides, start = _basic_view(input, key)
         n = _numel(sizes)
         inner_shape = shape[1:] if shape else ()
-        if sizes and strides == contiguous_strides(sizes) or n <= 1:
+        if _is_contiguous(sizes, strides):
             op = SELECT if len(sizes) < len(shape) else SLICE
             if len(sizes) == len(shape) and sizes == shape:
                 op = RESHAPE
@@ -548,6 +623,8 @@ def getitem(input, key):
 
 
 def _gather(op, x, positions):
+    if not on_tape(x):
+        return eager(_gather, op, x, positions)
     tape = _state.tape or _current()
     flat = positions.reshape(-1)
     p = tape.add_ints([flat.size, max(x._numel, 1)] + flat.tolist())
@@ -576,7 +653,7 @@ def setitem(input, key, value):
     mask[flat] = True
     picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
                      source[:input._numel].reshape(input._shape))
-    apply_inplace(input, where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
+    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
 
 
 # ---- gather, index_select --------------------------------------------------------------
@@ -622,11 +699,13 @@ def _joined(op, tensors, dim, stack):
         dt = _dtypes.promote(dt, x._dtype)
     first = tensors[0]._shape
     if stack:
-        for x in tensors:
+        for i, x in enumerate(tensors):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"stack(): expected a sequence of Tensors, got {type(x).__name__}")
             if x._shape != first:
                 raise RuntimeError(
                     f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and "
-                    f"{list(x._shape)} at entry {tensors.index(x)}")
+                    f"{list(x._shape)} at entry {i}")
         d = _wrap_dim(dim, len(first) + 1, "stack")
         out_shape = first[:d] + (len(tensors),) + first[d:]
         inner = [_numel(first[d:])] * len(tensors)
@@ -649,7 +728,7 @@ def _joined(op, tensors, dim, stack):
             inner.append(_numel(s[d:]))
         out_shape = first[:d] + (total,) + first[d + 1:]
         outer = _numel(first[:d])
-    if not dt.is_floating_point or all(_plain(x) for x in tensors):
+    if not dt.is_floating_point or not (_state.grad and any(x._rg for x in tensors)):
         arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
         return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
     tape = _state.tape or _current()
@@ -662,9 +741,7 @@ def _joined(op, tensors, dim, stack):
         rg = rg or enc >= 0
         fields += [enc, n]
     p = tape.add_ints(fields)
-    out = record(op, (), out_shape, dt, p, _numel(out_shape))
-    out._rg = rg
-    return out
+    return record(op, (), out_shape, dt, p, _numel(out_shape), listed_rg=rg)
 
 
 @export()
@@ -689,7 +766,7 @@ def _stack_taped(tensors):
     """``stack(dim=0)`` of same-shape float tensors already on this tape (the scalar
     graphs' hot path); ``None`` when the general path is needed."""
     tape = _state.tape
-    if tape is None or not tensors:
+    if tape is None or not tensors or not _state.grad:
         return None
     first = tensors[0]
     dt = first._dtype
@@ -714,6 +791,7 @@ def _stack_taped(tensors):
     off = cur[d]
     cur[d] = off + (total or 1)
     tape.append(STACK.opcode * 2 + d, off, -1, -1, p, total)
+    tape.groups |= STACK.bit
     return _taped(tape, off, (len(tensors),) + shape, total, dt, rg)
 
 
@@ -801,6 +879,12 @@ def where(condition, input=None, other=None):
     if y._shape != shape:
         y = _expand(y, shape)
     c = np.broadcast_to(cond, shape).reshape(-1).astype(np.int64)
+    if not on_tape(x, y):
+        return eager(_where_record, x, y, c, shape, dt)
+    return _where_record(x, y, c, shape, dt)
+
+
+def _where_record(x, y, c, shape, dt):
     tape = _state.tape or _current()
     p = tape.add_ints([c.size] + c.tolist())
     return record(WHERE, (x, y), shape, dt, p, c.size)

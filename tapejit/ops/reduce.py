@@ -149,13 +149,11 @@ def amax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 acc(g, base + j * inner, share if x == y else share * 0.0, ma)
 
 
-AMAX = define_kernel("amax", "AmaxBackward0", amax_forward, amax_backward,
+AMAX = define_kernel("amax", "AmaxBackward0", amax_forward, amax_backward, saved="ao",
                      samples=cases(("amax", lambda tj, x: x.amax(1), [(3, 4)], distinct),
-                                   ("amax02", lambda tj, x: tj.amax(x, (0, 2)), [(2, 3, 4)], distinct),
-                                   ("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct)))
+                                   ("amax02", lambda tj, x: tj.amax(x, (0, 2)), [(2, 3, 4)], distinct)))
 MAX_ALL = same_kernels("max_all", "MaxBackward1", AMAX,
-                       samples=cases(("max", lambda tj, x: x.max(), [(3, 4)], distinct),
-                                     ("min", lambda tj, x: tj.min(x), [(5,)], distinct)))
+                       samples=cases(("max", lambda tj, x: x.max(), [(3, 4)], distinct)))
 
 
 @kernel
@@ -194,11 +192,15 @@ def prod_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 suffix *= v[base + j * inner]
 
 
-PROD = define_kernel("prod", "ProdBackward0", prod_forward, prod_backward,
+PROD = define_kernel("prod", "ProdBackward0", prod_forward, prod_backward, saved="ao",
                      samples=cases(("prod", lambda tj, x: x.prod(), [(5,)], away_from_zero),
-                                   ("prod_dim", lambda tj, x: x.prod(1), [(3, 4)], away_from_zero),
                                    ("prod_zero", lambda tj, x: (x * tj.tensor([1.0, 0.0, 1.0], dtype=x.dtype)).prod(),
                                     [(3,)], away_from_zero)))
+PROD_DIM = same_kernels("prod_dim", "ProdBackward1", PROD,
+                        samples=cases(("prod_dim", lambda tj, x: x.prod(1), [(3, 4)], away_from_zero),
+                                      ("prod_dim_zero",
+                                       lambda tj, x: (x * tj.tensor([[1.0, 0.0, 1.0]], dtype=x.dtype)).prod(1),
+                                       [(2, 3)], away_from_zero)))
 
 
 @kernel
@@ -236,7 +238,7 @@ def logsumexp_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 acc(g, base + j * inner, gy * np.exp(v[base + j * inner] - y), ma)
 
 
-LOGSUMEXP = define_kernel("logsumexp", "LogsumexpBackward0", logsumexp_forward, logsumexp_backward,
+LOGSUMEXP = define_kernel("logsumexp", "LogsumexpBackward0", logsumexp_forward, logsumexp_backward, saved="ao",
                           samples=cases(("logsumexp", lambda tj, x: x.logsumexp(1), [(3, 4)], anywhere),
                                         ("logsumexp0k", lambda tj, x: tj.logsumexp(x, 0, keepdim=True),
                                          [(3, 4)], anywhere)))
@@ -283,7 +285,7 @@ def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 acc(g, base + j * inner, d, ma)
 
 
-NORM = define_kernel("norm", "NormBackward1", norm_forward, norm_backward,
+NORM = define_kernel("norm", "LinalgVectorNormBackward0", norm_forward, norm_backward, saved="ao",
                      samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
                                    ("norm_dim", lambda tj, x: tj.norm(x, dim=1), [(3, 4)], anywhere),
                                    ("norm_p1", lambda tj, x: x.norm(p=1), [(5,)], away_from_zero),
@@ -294,14 +296,18 @@ NORM = define_kernel("norm", "NormBackward1", norm_forward, norm_backward,
 from collections import namedtuple as _namedtuple  # noqa: E402
 
 from tapejit.api import export  # noqa: E402
-from tapejit.recording import record, float_input, cast as _cast  # noqa: E402
+from tapejit.recording import record, float_input, cast as _cast, on_tape, eager  # noqa: E402
 from tapejit.shapes import reduced_dims, reduced_shape, sum_layout, axis_layout, numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
 from tapejit.tensor import _concrete  # noqa: E402
 from tapejit import dtypes as _dtypes  # noqa: E402
 
-AMIN = same_kernels("amin", "AminBackward0", AMAX)
-MIN_ALL = same_kernels("min_all", "MinBackward1", AMAX)
+AMIN = same_kernels("amin", "AminBackward0", AMAX,
+                    samples=cases(("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct),
+                                  ("amin12", lambda tj, x: tj.amin(x, (1, 2)), [(2, 3, 4)], distinct)))
+MIN_ALL = same_kernels("min_all", "MinBackward1", AMAX,
+                       samples=cases(("min", lambda tj, x: tj.min(x), [(5,)], distinct),
+                                     ("min2d", lambda tj, x: x.min(), [(3, 4)], distinct)))
 return_types = _namedtuple("return_types", ["values", "indices"])
 
 
@@ -320,6 +326,8 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
                 f"complex dtype. Got: {x._dtype.name.capitalize()}")
         return _concrete(np.asarray(x._value().sum(axis=dims, keepdims=keepdim)))
+    if not on_tape(x):
+        return eager(_sum_like, op, x, dim, keepdim, scale_by_count)
     count = _numel([x._shape[d] for d in dims]) if x._shape else 1
     scale = 1.0 / count if scale_by_count else 1.0
     if scale_by_count and count == 0:
@@ -345,6 +353,8 @@ def mean(input, dim=None, keepdim=False, dtype=None):
 def _along(op, x, dim, keepdim, q_value=None):
     """Record an (outer, length, inner) reduction of ``x`` over ``dim``."""
     x = float_input(x)
+    if not on_tape(x):
+        return eager(_along, op, x, dim, keepdim, q_value)
     dims = reduced_dims(dim, len(x._shape), op.name)
     shape = reduced_shape(x._shape, dims, keepdim)
     if x._numel == 0 and dims:
@@ -445,7 +455,7 @@ def prod(input, dim=None, keepdim=False, dtype=None):
         input = input.to(dtype)
     if not input._dtype.is_floating_point:
         return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
-    return _along(PROD, input, dim, keepdim)
+    return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim)
 
 
 @export(method=True)

@@ -14,14 +14,14 @@ from tapejit._jit import rule
 from tapejit.registry import define_unary
 
 
-def define_arith(*args, **kwargs):
+def define_arith(name, node, *args, **kwargs):
     """Arithmetic with a Python scalar: compiled with the binary arithmetic ops."""
-    return define_unary(*args, group="arith", **kwargs)
+    return define_unary(name, node, *args, group="arith", **kwargs)
 
 
-def define_activation(*args, **kwargs):
+def define_activation(name, node, *args, **kwargs):
     """Activation functions: compiled with softmax and friends."""
-    return define_unary(*args, group="activation", **kwargs)
+    return define_unary(name, node, *args, group="activation", **kwargs)
 
 from tapejit.samples import unary_samples, positive, anywhere, away_from_zero, bounded
 
@@ -54,7 +54,7 @@ def add_scalar_grad(x, y, g, c0, c1):
 
 ADD_SCALAR = define_arith("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
                           nconst=1, saves=False,
-                          samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
+                          operands=2, samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
 
 
 @rule
@@ -84,7 +84,7 @@ def mul_scalar_grad(x, y, g, c0, c1):
 
 MUL_SCALAR = define_arith("mul_scalar", "MulBackward0", mul_scalar_value, mul_scalar_grad,
                           nconst=1, saves=False,
-                          samples=unary_samples("mul_scalar", anywhere, lambda tj, x: x * -3.0))
+                          operands=2, samples=unary_samples("mul_scalar", anywhere, lambda tj, x: x * -3.0))
 
 
 @rule
@@ -99,7 +99,7 @@ def div_scalar_grad(x, y, g, c0, c1):
 
 DIV_SCALAR = define_arith("div_scalar", "DivBackward0", div_scalar_value, div_scalar_grad,
                           nconst=1, saves=False,
-                          samples=unary_samples("div_scalar", anywhere, lambda tj, x: x / 4.0))
+                          operands=2, samples=unary_samples("div_scalar", anywhere, lambda tj, x: x / 4.0))
 
 
 @rule
@@ -112,18 +112,24 @@ def rdiv_scalar_grad(x, y, g, c0, c1):
     return -g * y / x
 
 
-RDIV_SCALAR = define_arith("rdiv_scalar", "DivBackward0", rdiv_scalar_value, rdiv_scalar_grad,
+# PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0.
+RDIV_SCALAR = define_arith("rdiv_scalar", "MulBackward0", rdiv_scalar_value, rdiv_scalar_grad,
                            nconst=1,
-                           samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
+                           operands=2, samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
 
 
 @rule
 def pow_scalar_value(x, c0, c1):
+    # Squares are most of the powers people write; x * x is exact and far cheaper than pow.
+    if c0 == 2.0:
+        return x * x
     return x ** c0
 
 
 @rule
 def pow_scalar_grad(x, y, g, c0, c1):
+    if c0 == 2.0:
+        return g * 2.0 * x
     if c0 == 0.0:
         return g * 0.0
     return g * c0 * x ** (c0 - 1.0)
@@ -150,7 +156,7 @@ def rpow_scalar_grad(x, y, g, c0, c1):
     return g * y * np.log(c0)
 
 
-RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward1", rpow_scalar_value, rpow_scalar_grad,
+RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward2", rpow_scalar_value, rpow_scalar_grad,
                            nconst=1,
                            samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
 
@@ -195,7 +201,7 @@ def exp_grad(x, y, g, c0, c1):
     return g * y
 
 
-EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, samples=unary_samples("exp", bounded))
+EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, saved="o", samples=unary_samples("exp", bounded))
 
 
 @rule
@@ -236,7 +242,7 @@ def expm1_grad(x, y, g, c0, c1):
 
 
 EXPM1 = define_unary("expm1", "Expm1Backward0", expm1_value, expm1_grad,
-                     samples=unary_samples("expm1", bounded))
+                     saved="o", samples=unary_samples("expm1", bounded))
 
 
 @rule
@@ -249,7 +255,7 @@ def sqrt_grad(x, y, g, c0, c1):
     return g / (2.0 * y)
 
 
-SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, samples=unary_samples("sqrt", positive))
+SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, saved="o", samples=unary_samples("sqrt", positive))
 
 
 @rule
@@ -263,7 +269,7 @@ def rsqrt_grad(x, y, g, c0, c1):
 
 
 RSQRT = define_unary("rsqrt", "RsqrtBackward0", rsqrt_value, rsqrt_grad,
-                     samples=unary_samples("rsqrt", positive))
+                     saved="o", samples=unary_samples("rsqrt", positive))
 
 
 @rule
@@ -302,7 +308,7 @@ def tan_grad(x, y, g, c0, c1):
     return g * (1.0 + y * y)
 
 
-TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, samples=unary_samples("tan", bounded))
+TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, saved="o", samples=unary_samples("tan", bounded))
 
 
 @rule
@@ -315,7 +321,7 @@ def tanh_grad(x, y, g, c0, c1):
     return g * (1.0 - y * y)
 
 
-TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, samples=unary_samples("tanh", anywhere))
+TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, saved="o", samples=unary_samples("tanh", anywhere))
 
 
 @rule
@@ -333,7 +339,7 @@ def sigmoid_grad(x, y, g, c0, c1):
 
 
 SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
-                       samples=unary_samples("sigmoid", anywhere))
+                       saved="o", samples=unary_samples("sigmoid", anywhere))
 
 
 @rule
@@ -346,7 +352,7 @@ def relu_grad(x, y, g, c0, c1):
     return g if y > 0 else g * 0.0
 
 
-RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, samples=unary_samples("relu", away_from_zero))
+RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero))
 
 
 @rule
@@ -513,7 +519,7 @@ export(clamp, name="clip", method=True)
 @export(method=True)
 def clamp_(input, min=None, max=None):
     from tapejit.inplace import apply_inplace
-    return apply_inplace(input, clamp(input, min, max), "clamp_")
+    return apply_inplace(input, lambda: clamp(input, min, max), "clamp_")
 
 
 def softplus(input, beta=1.0, threshold=20.0):
