@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from tapejit import registry
-from tapejit.tape import sweeps, retire_current, state
+from tapejit.tape import sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
 _grad_lock = threading.Lock()
@@ -120,8 +120,11 @@ def _run(seeds, retain, targets, accumulate):
         del work[id(w.tape)]
         touched_current |= w.tape is current
         _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed)
-    if not retain and touched_current:
-        retire_current()
+    if touched_current:
+        if not retain:
+            retire_current()
+        else:
+            retire_if_due(current, 4)
     return found
 
 

@@ -13,13 +13,15 @@ def _format_values(arr):
                                    (np.abs(finite[finite != 0]).min() < 1e-4 if (finite != 0).any() else False))
         all_int = finite.size == 0 or np.all(finite == np.round(finite))
         if use_sci:
-            fmt = lambda x: f"{x:.4e}"  # noqa: E731
+            raw = lambda x: f"{x:.4e}"  # noqa: E731
         elif all_int:
-            fmt = lambda x: f"{x:.0f}." if np.isfinite(x) else str(x)  # noqa: E731
+            raw = lambda x: f"{x:.0f}." if np.isfinite(x) else str(x)  # noqa: E731
         else:
-            fmt = lambda x: f"{x:.4f}" if np.isfinite(x) else str(x)  # noqa: E731
-        body = np.array2string(arr, separator=", ", formatter={"float_kind": fmt}, threshold=1000,
-                               edgeitems=3, max_line_width=80)
+            raw = lambda x: f"{x:.4f}" if np.isfinite(x) else str(x)  # noqa: E731
+        # PyTorch right-aligns every element to the widest one.
+        width = max((len(raw(x)) for x in arr.reshape(-1)[:2000].tolist()), default=0)
+        body = np.array2string(arr, separator=", ", formatter={"float_kind": lambda x: raw(x).rjust(width)},
+                               threshold=1000, edgeitems=3, max_line_width=80)
     else:
         body = np.array2string(arr, separator=", ", threshold=1000, edgeitems=3, max_line_width=80)
     return body.replace("\n", "\n       ")

@@ -118,17 +118,11 @@ class Tape:
     def append(self, code, out, a, b, p, q):
         n = self.n
         if n == self.cap:
-            self.grow(5)
+            self.grow()
         pack_record(self.rec, n * 48, code, out, a, b, p, q)
         self.n = n + 1
 
     def grow(self, own_refs=4):
-        # A tape that only keeps growing but that no tensor refers to any more (a loop of
-        # forward passes never followed by backward) is retired: the next op starts a
-        # fresh tape and this one returns to the pool.  ``own_refs`` counts the references
-        # the caller's frames hold (thread state, locals, getrefcount's argument).
-        if self is state.tape and sys.getrefcount(self) <= own_refs:
-            retire_current()
         size = 2 * self.cap
         self.rec = _grown(self.rec, size, self.n)
         freed = np.zeros(size, np.uint8)
@@ -349,6 +343,17 @@ def _fresh_tape():
     return Tape()
 
 
+def retire_if_due(tape, own_refs):
+    """Retire this thread's tape if it has grown while few tensors still refer to it (a
+    loop of forward passes never followed by backward, or backward with retain_graph):
+    later ops start a fresh tape, and this one lives only as long as those tensors.  Called
+    where no expression is half-recorded (a value read by Python, the end of a backward),
+    so the next op does not link the new tape to this one.  ``own_refs`` counts the
+    caller's own references (its locals, the thread state, getrefcount's argument)."""
+    if tape is state.tape and tape.n > 64 and (sys.getrefcount(tape) - own_refs) * 64 < tape.n:
+        retire_current()
+
+
 def retire_current():
     """Called after a backward that freed the graph: later ops start on a fresh tape."""
     tape = state.tape
@@ -357,5 +362,5 @@ def retire_current():
     state.tape = None
     pool = state.pool
     pool.append(tape)
-    if len(pool) > 4:
+    if len(pool) > 2:
         del pool[0]

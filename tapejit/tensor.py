@@ -88,14 +88,24 @@ class Tensor:
         tape.flush()
         return tape.value(self)
 
+    def _read(self):
+        """The value for Python to read (``item``, ``numpy``, printing): a point where no
+        expression is half-recorded, so a tape due for retirement can be retired."""
+        v = self._value()
+        tape = self._tape
+        if tape is not None and tape.n > 64:
+            from tapejit.tape import retire_if_due
+            retire_if_due(tape, 5)  # this tensor, the local, the thread state, the call, its argument
+        return v
+
     def numpy(self, force=False):
         if self._rg and not force:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self._value()
+        return self._read()
 
     def __array__(self, dtype=None, copy=None):
-        v = self._value()
+        v = self._read()
         if dtype is not None:
             v = v.astype(dtype, copy=False)
         return v.copy() if copy else v
@@ -104,10 +114,10 @@ class Tensor:
         if self._numel != 1:
             raise RuntimeError(
                 f"a Tensor with {self._numel} elements cannot be converted to Scalar")
-        return self._value().reshape(-1)[0].item()
+        return self._read().reshape(-1)[0].item()
 
     def tolist(self):
-        return self._value().tolist()
+        return self._read().tolist()
 
     def __float__(self):
         return float(self.item())
@@ -196,6 +206,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
+        if flag and not self._dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
         self.requires_grad_(flag)
 
     def requires_grad_(self, requires_grad=True):

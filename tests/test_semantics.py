@@ -884,6 +884,38 @@ def test_autograd_grad_retain_graph():
     assert g1.item() == g2.item() == 12.0
 
 
+def test_autograd_grad_same_input_twice():
+    # torch returns the gradient once per listed input.
+    x = tj.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).sum()
+    g1, g2 = tj.autograd.grad(y, [x, x])
+    np.testing.assert_array_equal(val(g1), [3.0, 3.0])
+    np.testing.assert_array_equal(val(g2), [3.0, 3.0])
+
+
+def test_backward_inputs_argument_limits_accumulation():
+    x = tj.tensor([1.0, 2.0], requires_grad=True)
+    w = tj.tensor([3.0, 4.0], requires_grad=True)
+    (x * w).sum().backward(inputs=[x])
+    np.testing.assert_array_equal(grad_of(x), [3.0, 4.0])
+    assert w.grad is None
+
+
+def test_leaf_hook_called_once_with_total_gradient():
+    x = tj.tensor([1.0, 2.0], requires_grad=True)
+    calls = []
+    x.register_hook(lambda g: calls.append(np.array(g)))
+    (x * x + x * 3).sum().backward()
+    assert len(calls) == 1
+    np.testing.assert_array_equal(calls[0], [5.0, 7.0])
+
+
+def test_backward_on_a_leaf():
+    x = tj.tensor(2.0, requires_grad=True)
+    x.backward()
+    assert x.grad.item() == 1.0
+
+
 def test_autograd_backward():
     a = tj.tensor([1.0, 2.0], requires_grad=True)
     b = tj.tensor([3.0, 4.0], requires_grad=True)

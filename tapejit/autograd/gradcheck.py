@@ -43,7 +43,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
                     moved = base.copy()
                     moved.reshape(-1)[e] += step
                     shifted = list(inputs)
-                    shifted[i] = _concrete(moved)  # a fresh constant: no graph, no shared array
+                    shifted[i] = _concrete(moved, rg=True)  # a fresh leaf: no shared array
                     values.append(_outputs(fn, shifted)[k]._value().reshape(-1).astype(np.float64))
                 numeric[e] = (values[0] - values[1]) / (2 * eps)
             if not np.allclose(analytic, numeric, atol=atol, rtol=rtol):

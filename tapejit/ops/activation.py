@@ -63,11 +63,11 @@ def softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 SOFTMAX = define_kernel("softmax", "SoftmaxBackward0", softmax_forward, softmax_backward, saved="o",
-                        samples=cases(("softmax", lambda tj, x: tj.softmax(x, dim=1), [(3, 4)], anywhere),
+                        operands=1, samples=cases(("softmax", lambda tj, x: tj.softmax(x, dim=1), [(3, 4)], anywhere),
                                       ("softmax0", lambda tj, x: tj.nn.functional.softmax(x, dim=0), [(4,)], anywhere),
                                       ("softmax_mid", lambda tj, x: x.softmax(1), [(2, 3, 2)], anywhere)))
 LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forward, softmax_backward, saved="o",
-                            samples=cases(("log_softmax", lambda tj, x: tj.log_softmax(x, dim=-1),
+                            operands=1, samples=cases(("log_softmax", lambda tj, x: tj.log_softmax(x, dim=-1),
                                            [(3, 4)], anywhere),
                                           ("log_softmax0", lambda tj, x: tj.nn.functional.log_softmax(x, 0),
                                            [(3, 2)], anywhere)))

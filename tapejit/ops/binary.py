@@ -449,5 +449,9 @@ def copy_(input, src, non_blocking=False):
     from tapejit.recording import expand as _expand_to
     check_leaf(input, "copy_")
     src = as_tensor_operand(src, input)
-    return apply_inplace(input, lambda: _expand_to(src, input._shape) if src._shape != input._shape else src * 1.0
-                         if src._rg else src, "copy_")
+
+    def copied():
+        value = _expand_to(src, input._shape) if src._shape != input._shape else src
+        # A recorded tensor stays in its graph (its old value gets zero gradient), as in torch.
+        return input * 0.0 + value if input._tape is not None else value
+    return apply_inplace(input, copied, "copy_")

@@ -516,10 +516,20 @@ def _is_contiguous(sizes, strides):
     return True
 
 
+def _is_int(k):
+    return isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+
+
 def _index_positions(shape, key):
-    """Flat source positions selected by ``key`` (NumPy semantics, torch-compatible)."""
+    """Flat source positions selected by ``key``.  As in torch (unlike NumPy), integers
+    select first, like basic indexing, and the arrays then index what is left."""
     grid = np.arange(_numel(shape), dtype=np.int64).reshape(shape)
     try:
+        if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
+                                                    or isinstance(k, slice) for k in key):
+            first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
+            rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
+            return grid[first][rest]
         return grid[key]
     except IndexError as e:
         raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None

@@ -93,7 +93,7 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False,
-                    samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
+                    operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
                                   ("sum_scalar", lambda tj, x: tj.sum(x), [()], anywhere)))
 SUM_DIM = same_kernels("sum_dim", "SumBackward1", SUM,
                        samples=cases(("sum0", lambda tj, x: x.sum(0), [(3, 4)], anywhere),
@@ -150,7 +150,7 @@ def amax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 AMAX = define_kernel("amax", "AmaxBackward0", amax_forward, amax_backward, saved="ao",
-                     samples=cases(("amax", lambda tj, x: x.amax(1), [(3, 4)], distinct),
+                     operands=1, samples=cases(("amax", lambda tj, x: x.amax(1), [(3, 4)], distinct),
                                    ("amax02", lambda tj, x: tj.amax(x, (0, 2)), [(2, 3, 4)], distinct)))
 MAX_ALL = same_kernels("max_all", "MaxBackward1", AMAX,
                        samples=cases(("max", lambda tj, x: x.max(), [(3, 4)], distinct)))
@@ -193,7 +193,7 @@ def prod_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 PROD = define_kernel("prod", "ProdBackward0", prod_forward, prod_backward, saved="ao",
-                     samples=cases(("prod", lambda tj, x: x.prod(), [(5,)], away_from_zero),
+                     operands=1, samples=cases(("prod", lambda tj, x: x.prod(), [(5,)], away_from_zero),
                                    ("prod_zero", lambda tj, x: (x * tj.tensor([1.0, 0.0, 1.0], dtype=x.dtype)).prod(),
                                     [(3,)], away_from_zero)))
 PROD_DIM = same_kernels("prod_dim", "ProdBackward1", PROD,
@@ -239,7 +239,7 @@ def logsumexp_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 LOGSUMEXP = define_kernel("logsumexp", "LogsumexpBackward0", logsumexp_forward, logsumexp_backward, saved="ao",
-                          samples=cases(("logsumexp", lambda tj, x: x.logsumexp(1), [(3, 4)], anywhere),
+                          operands=1, samples=cases(("logsumexp", lambda tj, x: x.logsumexp(1), [(3, 4)], anywhere),
                                         ("logsumexp0k", lambda tj, x: tj.logsumexp(x, 0, keepdim=True),
                                          [(3, 4)], anywhere)))
 
@@ -286,7 +286,7 @@ def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 NORM = define_kernel("norm", "LinalgVectorNormBackward0", norm_forward, norm_backward, saved="ao",
-                     samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
+                     operands=1, samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
                                    ("norm_dim", lambda tj, x: tj.norm(x, dim=1), [(3, 4)], anywhere),
                                    ("norm_p1", lambda tj, x: x.norm(p=1), [(5,)], away_from_zero),
                                    ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive)))
