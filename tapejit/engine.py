@@ -98,7 +98,11 @@ class _Work:
 
 
 def _run(seeds, retain, targets, accumulate):
-    target_ids = {id(t): i for i, t in enumerate(targets)} if targets is not None else None
+    target_ids = None
+    if targets is not None:
+        target_ids = {}
+        for i, t in enumerate(targets):
+            target_ids.setdefault(id(t), []).append(i)
     found = [None] * (len(targets) if targets is not None else 0)
     work = {}
 
@@ -250,7 +254,8 @@ def _at_tensor(tape, t, target_ids, found, accumulate):
         g = _run_hooks(hooks, g)
         view[:] = g.reshape(-1)
     if target_ids is not None and id(t) in target_ids:
-        found[target_ids[id(t)]] = g
+        for i in target_ids[id(t)]:
+            found[i] = g
     elif getattr(t, "_retains", False) and accumulate:
         _accumulate(t, g)
 
@@ -283,10 +288,11 @@ def _deliver_leaf(leaf, g, target_ids, found, accumulate):
     if hooks:
         g = _run_hooks(hooks, g)
     if target_ids is not None:
-        i = target_ids.get(id(leaf))
-        if i is not None:
-            found[i] = g if found[i] is None else found[i] + g
-        if not accumulate or i is None:
+        slots = target_ids.get(id(leaf))
+        if slots is not None:
+            for i in slots:
+                found[i] = g if found[i] is None else found[i] + g
+        if not accumulate or slots is None:
             return
     if not accumulate:
         return

@@ -520,17 +520,22 @@ def _is_int(k):
     return isinstance(k, (int, np.integer)) and not isinstance(k, bool)
 
 
+def _torch_index(array, key):
+    """``array[key]`` with torch's rule where it differs from NumPy's: integers mixed with
+    index arrays select first, like basic indexing, and the arrays index what is left."""
+    if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
+                                                or isinstance(k, slice) for k in key):
+        first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
+        rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
+        return array[first][rest]
+    return array[key]
+
+
 def _index_positions(shape, key):
-    """Flat source positions selected by ``key``.  As in torch (unlike NumPy), integers
-    select first, like basic indexing, and the arrays then index what is left."""
+    """Flat source positions selected by ``key``."""
     grid = np.arange(_numel(shape), dtype=np.int64).reshape(shape)
     try:
-        if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
-                                                    or isinstance(k, slice) for k in key):
-            first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
-            rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
-            return grid[first][rest]
-        return grid[key]
+        return _torch_index(grid, key)
     except IndexError as e:
         raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
 
@@ -614,7 +619,7 @@ def getitem(input, key):
         if not any(k is Ellipsis for k in key):
             key = key + (Ellipsis,)  # NumPy then returns a 0-d view, not a scalar copy
         try:
-            return _concrete(input._data[key])
+            return _concrete(np.asarray(_torch_index(input._data, key)))
         except IndexError as e:
             raise IndexError(str(e).replace("axis", "dimension")) from None
     if _is_basic(key):
