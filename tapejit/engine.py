@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from tapejit import registry
+from tapejit.ops.core import CAST
 from tapejit.tape import sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
@@ -133,7 +134,6 @@ def _run(seeds, retain, targets, accumulate):
 
 
 def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
-    from tapejit.ops.core import CAST
     tape = w.tape
     tape.flush()
     tape.ensure_adjoints()
@@ -146,12 +146,12 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
         else:
             adj[off:off + len(g)] = g
             flags[off] = 1
-    stops = _stops(tape, targets)
+    stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets) else {}
     sw = sweeps(tape.groups)
     anomaly = state.anomaly
+    segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
-        for start, end, kind in reversed(list(tape.segments(0, tape.nrec, CAST.opcode,
-                                                            stops=list(stops)))):
+        for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
                 _cast_backward(tape, start, retain)
             elif anomaly:

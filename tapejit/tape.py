@@ -28,6 +28,7 @@ import threading
 
 import numpy as np
 
+from tapejit import registry
 from tapejit.dtypes import float32, float64
 
 _ARENA_DTYPES = (np.float64, np.float32)
@@ -60,7 +61,6 @@ def sweeps(mask):
     if mask & ~current == 0 and _process["module"] is not None:
         return _process["module"]
     from tapejit.codegen import load_sweeps
-    from tapejit import registry
     everything = (1 << len(registry.GROUPS)) - 1
     mask = (mask | current) & everything
     module = load_sweeps(mask)
@@ -88,6 +88,7 @@ class Tape:
 
     def reset(self):
         """Forget all records and values but keep the buffers for reuse."""
+        self.freed[:getattr(self, "n", len(self.freed))] = 0
         self.n = 0          # records written
         self.pints = []
         self.pfloats = []
@@ -103,7 +104,6 @@ class Tape:
         self.retained = None
         self.poisoned = None
         self._producers = None
-        self.freed[:] = 0
         self.groups = 0
         _serial[0] += 1
         self.serial = _serial[0]
@@ -148,7 +148,6 @@ class Tape:
 
     def load(self, t, dt):
         """Arena offset of tensor ``t`` as dtype ``dt`` on this tape, copying it in if needed."""
-        from tapejit.ops.core import LOAD
         key = id(t)
         version = getattr(t, "_version", 0)
         # A leaf that requires grad is loaded once per tape (one slot, one adjoint).  A
@@ -157,6 +156,7 @@ class Tape:
         hit = self.loaded.get((key, dt.arena)) if t._rg else None
         if hit is not None and hit[1] == version and hit[2] is t:
             return hit[0]
+        LOAD = registry.BY_NAME["load"]
         src_tape = t._tape
         if src_tape is None:
             value = t._data
@@ -243,9 +243,8 @@ class Tape:
         self._run_forward(lo, hi)
 
     def _run_forward(self, lo, hi):
-        from tapejit.ops.core import CAST
         sw = sweeps(self.groups)
-        for start, end, kind in self.segments(lo, hi, CAST.opcode):
+        for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":
                 self._cast_forward(start)
             else:

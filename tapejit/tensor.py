@@ -285,9 +285,8 @@ class Tensor:
         return getattr(self, "_version", 0)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from tapejit.engine import backward
-        backward([self], None if gradient is None else [gradient], retain_graph, create_graph,
-                 inputs=inputs)
+        _engine().backward([self], None if gradient is None else [gradient], retain_graph,
+                           create_graph, inputs=inputs)
 
     def detach(self):
         """Same value, no history: a new leaf sharing the value (the leaf's array, or a view
@@ -359,8 +358,10 @@ class Tensor:
     def __iter__(self):
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
-        from tapejit.ops.movement import unbind
-        return iter(unbind(self, 0))  # torch iterates by unbind: one UnbindBackward0 per row
+        if self._tape is None and not self._rg:
+            return iter([_concrete(row) for row in self._data])
+        from tapejit.ops.movement import _rows
+        return iter(_rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 
     def __reduce__(self):
         return (_rebuild, (np.array(self._value()), self._rg))
@@ -375,6 +376,11 @@ class Tensor:
             t._grad = _concrete(g._value().copy())
         memo[id(self)] = t
         return t
+
+
+def _engine():
+    import tapejit.engine
+    return tapejit.engine
 
 
 def _rebuild(array, rg):

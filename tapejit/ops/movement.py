@@ -303,6 +303,36 @@ def _copy_range(op, x, start, n, shape):
     return _taped(tape, off, shape, n, dt, rg)
 
 
+def _rows(x):
+    """``unbind(x, 0)`` as a list: one copy record per row (the scalar graphs' hot path:
+    iterating a tensor)."""
+    shape = x._shape
+    rows = shape[0]
+    inner = x._numel // rows if rows else 0
+    if not (x._rg and _state.grad) or _state.eager:
+        return [_copy_range(UNBIND, x, i * inner, inner, shape[1:]) for i in range(rows)]
+    tape = _state.tape or _current()
+    dt = x._dtype
+    d = dt.arena
+    xo = x._off if x._tape is tape else _operand(tape, x, dt)
+    rest = shape[1:]
+    size = x._numel or 1
+    code = UNBIND.opcode * 2 + d
+    cur = tape.cursor
+    out = []
+    for i in range(rows):
+        off = cur[d]
+        cur[d] = off + (inner or 1)
+        r = tape.n
+        if r == tape.cap:
+            tape.grow()
+        _pack(tape.rec, r * 48, code, off, xo, ~(i * inner), inner, size)
+        tape.n = r + 1
+        out.append(_taped(tape, off, rest, inner, dt, True))
+    tape.groups |= UNBIND.bit
+    return out
+
+
 def strided_view(op, x, sizes, strides, start):
     """Materialise the view of ``x`` given by element ``sizes``/``strides``/``start``."""
     if _plain(x):
@@ -864,9 +894,7 @@ def unbind(input, dim=0):
     if _plain(input):
         return tuple(_concrete(a) for a in np.moveaxis(input._data, d, 0))
     if d == 0:
-        inner = input._numel // shape[0] if shape[0] else 0
-        rest = shape[1:]
-        return tuple([_copy_range(UNBIND, input, i * inner, inner, rest) for i in range(shape[0])])
+        return tuple(_rows(input))
     return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
 
 
