@@ -276,22 +276,23 @@ def _leaf_gradients(tape, target_ids, found, accumulate, seed):
         if not flags[off]:
             continue
         flags[off] = 0
-        g = tape.adj[d][off:off + src._numel].copy()
+        g = tape.adj[d][off:off + src._numel]  # a view: whoever keeps it makes a copy
         if src._tape is None:
             _deliver_leaf(src, g.reshape(src._shape), target_ids, found, accumulate)
         else:
-            seed(src, g)
+            seed(src, g.copy())
 
 
 def _deliver_leaf(leaf, g, target_ids, found, accumulate):
+    """Hand a leaf its gradient ``g`` (possibly a view of an adjoint buffer: copied when kept)."""
     hooks = getattr(leaf, "_hooks", None)
     if hooks:
-        g = _run_hooks(hooks, g)
+        g = _run_hooks(hooks, g.copy())
     if target_ids is not None:
         slots = target_ids.get(id(leaf))
         if slots is not None:
             for i in slots:
-                found[i] = g if found[i] is None else found[i] + g
+                found[i] = g.copy() if found[i] is None else found[i] + g
         if not accumulate or slots is None:
             return
     if not accumulate:
