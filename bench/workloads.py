@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tapejit import demo
+
 # ---------------------------------------------------------------------------------------
 # peers
 
@@ -71,21 +73,7 @@ def scalar_inputs(lib):
 
 def scalar_graph(lib, n_ops, inputs=None):
     """Record workload A; returns ``(inputs, output)`` without calling backward."""
-    F, stack = lib.F, lib.tl.stack
-    if inputs is None:
-        inputs = scalar_inputs(lib)
-    nodes = list(inputs)
-    for k in range(n_ops):
-        m = k % 4
-        if m == 0:
-            nodes.append(F.softplus(nodes[-10]))
-        elif m == 1:
-            nodes.append(sum(nodes[-30:-10:5]))
-        elif m == 2:
-            nodes.append(nodes[-20] * nodes[-10])
-        else:
-            nodes.extend(F.softmax(stack(nodes[-4:]), dim=0))
-    return inputs, nodes[-1]
+    return demo.scalar_graph(lib.tl, lib.F, n_ops, inputs if inputs is not None else scalar_inputs(lib))
 
 
 def scalar_graph_step(lib, n_ops):

@@ -3,6 +3,7 @@ import time
 
 import tapejit as tj
 import tapejit.nn.functional as F
+from tapejit import demo
 from tapejit.summary import tape_table
 
 
@@ -20,21 +21,8 @@ def seed_example():
 
 
 def scalar_graph(n_ops):
-    """A. Rogozhnikov's benchmark graph: softplus, 4-term sums, products, 4-way softmax."""
-    inputs = [tj.tensor(i / 100, dtype=tj.float64, requires_grad=True) for i in range(100)]
-    nodes = list(inputs)
-    for k in range(n_ops):
-        m = k % 4
-        if m == 0:
-            nodes.append(F.softplus(nodes[-10]))
-        elif m == 1:
-            nodes.append(sum(nodes[-30:-10:5]))
-        elif m == 2:
-            nodes.append(nodes[-20] * nodes[-10])
-        else:
-            nodes.extend(F.softmax(tj.stack(nodes[-4:]), dim=0))
-    nodes[-1].backward()
-    return inputs
+    _, out = demo.scalar_graph(tj, F, n_ops)
+    out.backward()
 
 
 def main():
@@ -46,8 +34,6 @@ def main():
         t0 = time.perf_counter()
         scalar_graph(10_000)
         best = min(best, time.perf_counter() - t0)
-    tape = tj.Tape
-    del tape
     print(f"10,000-op scalar graph (about 30,000 tensor ops), record + backward: {best * 1e3:.1f} ms")
 
 

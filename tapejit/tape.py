@@ -257,6 +257,14 @@ class Tape:
         a = a if a >= 0 else ~a
         self.vals[dst][out:out + n] = self.vals[src][a:a + n]
 
+    def segments(self, lo, hi, cast_opcode, stops=()):
+        """``segments()`` with a shortcut: a tape that used one arena has no casts and one dtype."""
+        if not stops and not (self.cursor[0] and self.cursor[1]):
+            if hi > lo:
+                return ((lo, hi, 0 if self.cursor[0] else 1),)
+            return ()
+        return segments(self.rec, lo, hi, cast_opcode, stops)
+
     # ---- graph queries (slow path: grad_fn, hooks) ---------------------------------------
 
     def producer(self, arena, off):
@@ -267,18 +275,6 @@ class Tape:
             keys = rec[:, 1] * 2 + (rec[:, 0] & 1)
             self._producers = dict(zip(keys.tolist(), range(self.nrec)))
         return self._producers.get(off * 2 + arena)
-
-
-def _segments_method(self, lo, hi, cast_opcode, stops=()):
-    """``segments()`` with a shortcut: a tape that used one arena has no casts and one dtype."""
-    if not stops and not (self.cursor[0] and self.cursor[1]):
-        if hi > lo:
-            return ((lo, hi, 0 if self.cursor[0] else 1),)
-        return ()
-    return segments(self.rec, lo, hi, cast_opcode, stops)
-
-
-Tape.segments = _segments_method
 
 
 def _grown(arr, size, keep):

@@ -284,12 +284,12 @@ def _plain(t):
 
 def _copy_range(op, x, start, n, shape):
     """Record ``x``'s elements ``start .. start+n`` as a tensor of ``shape`` (hot path)."""
-    tape = _state.tape or _current()
-    dt = x._dtype
-    xo = x._off if x._tape is tape else _operand(tape, x, dt)
     rg = x._rg and _state.grad
     if not rg and not _state.eager:
         return eager(_copy_range, op, x, start, n, shape)
+    tape = _state.tape or _current()
+    dt = x._dtype
+    xo = x._off if x._tape is tape else _operand(tape, x, dt)
     d = dt.arena
     cur = tape.cursor
     off = cur[d]
