@@ -13,7 +13,15 @@ _COMMON = dict(error_model="numpy", nogil=True)
 
 
 def rule(fn):
-    """A scalar forward value or derivative rule, compiled into the sweeps."""
+    """A scalar forward value or derivative rule.  Not compiled on its own: the generator
+    copies its body into the sweeps (``tapejit/_inline.py``), so importing tapejit builds
+    no Numba dispatcher per rule.  ``py_func`` mirrors a dispatcher's, for the generator."""
+    fn.py_func = fn
+    return fn
+
+
+def helper(fn):
+    """A small compiled function that kernels and sweeps call (accumulation, flags)."""
     return njit(**_COMMON)(fn)
 
 

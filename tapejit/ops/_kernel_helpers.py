@@ -5,10 +5,10 @@ sweep *writes* (mode 1) and later ones *add* (mode 2); mode 0 means the input ne
 gradient.  Kernels that scatter (indexing, views, expand) cannot write each element
 exactly once, so on mode 1 they zero the input's region first with ``zero_if_first``.
 """
-from tapejit._jit import rule
+from tapejit._jit import helper
 
 
-@rule
+@helper
 def acc(g, i, value, mode):
     if mode == 1:
         g[i] = value
@@ -16,7 +16,7 @@ def acc(g, i, value, mode):
         g[i] += value
 
 
-@rule
+@helper
 def claim(flags, off):
     """Mode for a contribution to slot ``off`` (encoded offset): 0 none, 1 first, 2 add."""
     if off < 0:
@@ -27,12 +27,12 @@ def claim(flags, off):
     return 2
 
 
-@rule
+@helper
 def decode(off):
     return off if off >= 0 else ~off
 
 
-@rule
+@helper
 def zero_if_first(g, start, size, mode):
     if mode == 1:
         for i in range(size):
