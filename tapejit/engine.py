@@ -38,20 +38,26 @@ def _as_seed(root, grad):
     return np.ascontiguousarray(g, dtype=root._dtype.np).reshape(-1)
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
+def _seeds(outputs, grads, create_graph):
+    """``[(output, flat seed)]`` for the roots of a backward pass."""
     if create_graph:
         raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
-    tensors = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
-    if grad_tensors is None:
-        grad_tensors = [None] * len(tensors)
-    elif isinstance(grad_tensors, Tensor):
-        grad_tensors = [grad_tensors]
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    if grads is None:
+        grads = [None] * len(outputs)
+    elif isinstance(grads, Tensor):
+        grads = [grads]
     seeds = []
-    for t, g in zip(tensors, grad_tensors):
+    for t, g in zip(outputs, grads):
         if not t._rg:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         seeds.append((t, _as_seed(t, g)))
+    return seeds
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
+    seeds = _seeds(tensors, grad_tensors, create_graph)
     only = None
     if inputs is not None:
         only = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -61,21 +67,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, materialize_grads=False):
     """``autograd.grad``: return d(outputs)/d(inputs) without touching ``.grad``."""
-    if create_graph:
-        raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    single = isinstance(inputs, Tensor)
-    inputs = [inputs] if single else list(inputs)
-    if grad_outputs is None or isinstance(grad_outputs, Tensor):
-        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for t in inputs:
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
-    seeds = []
-    for t, g in zip(outputs, grad_outputs):
-        if not t._rg:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        seeds.append((t, _as_seed(t, g)))
+    seeds = _seeds(outputs, grad_outputs, create_graph)
     found = _run(seeds, bool(retain_graph), targets=inputs, accumulate=False)
     result = []
     for t, g in zip(inputs, found):
