@@ -516,14 +516,15 @@ def clone(input, memory_format=None):
 @export(method=True, function=False)
 def repeat(input, *sizes):
     sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    if len(sizes) < len(input._shape):
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of "
+                           "dimensions of tensor")
     shape = (1,) * (len(sizes) - len(input._shape)) + input._shape
-    x = _reshaped(input, shape)
-    inter = []
-    for r, s in zip(sizes, shape):
-        inter += [r, s]
-    x = _reshaped(x, tuple(v for pair in zip([1] * len(shape), shape) for v in pair))
-    x = _expand(x, tuple(inter))
-    return _reshaped(x, tuple(r * s for r, s in zip(sizes, shape)))
+    # (s0, s1) -> (1, s0, 1, s1) -> expanded to (r0, s0, r1, s1) -> (r0*s0, r1*s1)
+    spaced = tuple(v for s in shape for v in (1, s))
+    expanded = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
+    return _reshaped(_expand(_reshaped(input, spaced), expanded),
+                     tuple(r * s for r, s in zip(sizes, shape)))
 
 
 # ---- indexing --------------------------------------------------------------------------
@@ -654,14 +655,11 @@ def getitem(input, key):
             raise IndexError(str(e).replace("axis", "dimension")) from None
     if _is_basic(key):
         sizes, strides, start = _basic_view(input, key)
-        n = _numel(sizes)
-        inner_shape = shape[1:] if shape else ()
         if _is_contiguous(sizes, strides):
             op = SELECT if len(sizes) < len(shape) else SLICE
-            if len(sizes) == len(shape) and sizes == shape:
+            if sizes == shape:
                 op = RESHAPE
-            return _copy_range(op, input, start, n, tuple(sizes))
-        del inner_shape
+            return _copy_range(op, input, start, _numel(sizes), tuple(sizes))
         return strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
     pos = _index_positions(shape, key)
     return _gather(INDEX, input, pos)
