@@ -396,23 +396,22 @@ def _extreme(input, dim, keepdim, largest):
                 f"{'max' if largest else 'min'}(): Expected reduction dim to be specified for input.numel() == 0. "
                 "Specify the reduction dim with the 'dim' argument.")
         return _along(MAX_ALL if largest else MIN_ALL, input, None, False, 1.0 if largest else -1.0)
-    v = input._value()
+    # With a dim: values and indices, the gradient going to the chosen index (as torch).
     from tapejit.shapes import wrap_dim
     d = wrap_dim(dim, len(input._shape), "max" if largest else "min")
     if not input._shape:
-        idx = np.zeros((), np.int64)
-    else:
-        idx = (np.nanargmax if False else np.argmax)(v, axis=d) if largest else np.argmin(v, axis=d)
-        nan_rows = np.isnan(v).any(axis=d) if v.dtype.kind == "f" else None
-        if nan_rows is not None and nan_rows.any():
+        return return_types(input * 1, _concrete(np.zeros((), np.int64)))
+    v = input._value()
+    idx = np.argmax(v, axis=d) if largest else np.argmin(v, axis=d)
+    if v.dtype.kind == "f":
+        nan_rows = np.isnan(v).any(axis=d)
+        if nan_rows.any():  # torch picks the NaN, NumPy's argmax/argmin need telling
             idx = np.where(nan_rows, np.argmax(np.isnan(v), axis=d), idx)
-    idx = np.asarray(idx, np.int64)
-    idx_k = np.expand_dims(idx, d) if input._shape else idx
-    values = gather(input, d, _concrete(idx_k)) if input._shape else input * 1
-    if not keepdim and input._shape:
-        values = values.squeeze(d)
-        return return_types(values, _concrete(idx))
-    return return_types(values, _concrete(idx_k if input._shape else idx))
+    idx_kept = np.expand_dims(np.asarray(idx, np.int64), d)
+    values = gather(input, d, _concrete(idx_kept))
+    if keepdim:
+        return return_types(values, _concrete(idx_kept))
+    return return_types(values.squeeze(d), _concrete(idx_kept.squeeze(d)))
 
 
 @export(method=True)
