@@ -137,6 +137,7 @@ def record_unary(op, x, c0=0.0, c1=0.0):
         tape.pfloats += (c0, c1)
     else:
         q = 0
+    # Tape.append, inlined: this runs once per recorded op.
     r = tape.n
     if r == tape.cap:
         tape.grow()
@@ -184,6 +185,7 @@ def record_binary(op, x, y, numpy_fallback=None):
     cur = tape.cursor
     off = cur[d]
     cur[d] = off + (n or 1)
+    # Tape.append, inlined: this runs once per recorded op.
     r = tape.n
     if r == tape.cap:
         tape.grow()

@@ -204,22 +204,16 @@ def _scalar_op(op, t, c, numpy_fn):
     return record_unary(op, t, float(c))
 
 
-@export(function=False, dunders=("__add__", "__radd__"))
-def _add_operator(input, other):
-    if type(other) is Tensor:
-        return record_binary(ADD, input, other, np.add)
-    if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
-        return record_unary(_u.ADD_SCALAR, input, float(other))
-    return add(input, other)
-
-
-@export(function=False, dunders=("__mul__", "__rmul__"))
-def _mul_operator(input, other):
-    if type(other) is Tensor:
-        return record_binary(MUL, input, other, np.multiply)
-    if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
-        return record_unary(_u.MUL_SCALAR, input, float(other))
-    return mul(input, other)
+def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
+    """``__add__``/``__mul__`` and their reflections: the two common operand kinds go
+    straight to the tape (these run once per op in scalar-heavy code), the rest to ``general``."""
+    def operator(input, other):
+        if type(other) is Tensor:
+            return record_binary(tensor_op, input, other, numpy_fn)
+        if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
+            return record_unary(scalar_op, input, float(other))
+        return general(input, other)
+    return operator
 
 
 @export(method=True)
@@ -270,6 +264,9 @@ def mul(input, other):
 
 
 export(mul, name="multiply", method=True)
+export(_commutative_operator(ADD, _u.ADD_SCALAR, np.add, add), function=False, dunders=("__add__", "__radd__"))
+export(_commutative_operator(MUL, _u.MUL_SCALAR, np.multiply, mul), function=False,
+       dunders=("__mul__", "__rmul__"))
 
 
 def _true_div_np(x, y):

@@ -294,6 +294,7 @@ def _copy_range(op, x, start, n, shape):
     cur = tape.cursor
     off = cur[d]
     cur[d] = off + (n or 1)
+    # Tape.append, inlined: this runs once per recorded op.
     r = tape.n
     if r == tape.cap:
         tape.grow()
