@@ -32,7 +32,7 @@ import math  # noqa: F401  (used by inlined rules)
 
 import numpy as np
 
-from tapejit._jit import sweep
+from tapejit._jit import kernel, sweep  # noqa: F401
 from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
 '''
 
@@ -45,10 +45,14 @@ def _import_lines(ops):
                 by_module.setdefault(fn.py_func.__module__, set()).add(fn.py_func.__name__)
     lines = []
     for module in sorted(by_module):
-        names = sorted(by_module[module])
-        lines.append(f"from {module} import (  # noqa: F401")
-        lines += [f"    {n}," for n in names]
-        lines.append(")")
+        alias = "_" + module.rsplit(".", 1)[-1]
+        lines.append(f"import {module} as {alias}")
+    lines.append("")
+    # Kernels are compiled here, not where they are defined: a program whose tapes use
+    # only some op groups never builds the other groups' dispatchers.
+    for module in sorted(by_module):
+        alias = "_" + module.rsplit(".", 1)[-1]
+        lines += [f"{n} = kernel({alias}.{n})" for n in sorted(by_module[module])]
     return lines
 
 
@@ -139,7 +143,8 @@ def _dispatch(ops, case, ind):
 def generate_source(ops=None, digest=None):
     ops = registry.OPS if ops is None else ops
     digest = registry.registry_hash() if digest is None else digest
-    saves = ", ".join("1" if op.saves else "0" for op in ops)
+    # Indexed by opcode, so it covers every op even in a sweep for a few groups.
+    saves = ", ".join("1" if op.saves else "0" for op in registry.OPS)
     load = registry.BY_NAME["load"].opcode
     lines = [_HEADER.rstrip("\n")]
     lines += _import_lines(ops)

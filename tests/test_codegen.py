@@ -32,6 +32,40 @@ def test_every_op_is_dispatched_in_its_group():
                 assert (f"op == {op.opcode}:  # {op.name}" in text) == (op.group == group)
 
 
+def test_saved_table_is_indexed_by_opcode_in_every_group_sweep():
+    import numpy as np
+    expected = [1 if op.saves else 0 for op in registry.OPS]
+    for group in registry.GROUPS:
+        text = codegen.generate_source(codegen.ops_in(codegen.group_mask([group])))
+        line = next(line for line in text.splitlines() if line.startswith("SAVES = "))
+        assert eval(line.split("=", 1)[1], {"np": np}).tolist() == expected, group
+
+
+def test_freed_graph_error_with_only_the_groups_a_program_uses(tmp_path):
+    """Outside the test session's all-groups sweep: a partial sweep reads SAVES correctly."""
+    script = textwrap.dedent("""
+        import tapejit as tj
+        x = tj.tensor([1.0, 2.0], requires_grad=True)
+        y = (x * x).sum()
+        y.backward()
+        try:
+            y.backward()
+        except RuntimeError as e:
+            print("raised", "second time" in str(e))
+        z = (x + 1.0).sum()      # AddBackward0 saves nothing: a second backward is fine
+        z.backward()
+        z.backward()
+        print("grad", x.grad.tolist())
+    """)
+    env = dict(os.environ)
+    env.pop("TAPEJIT_SWEEP_GROUPS", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "raised True" in out.stdout
+    assert "grad [4.0, 6.0]" in out.stdout
+
+
 def test_hash_covers_every_rule_source(tmp_path):
     files = registry.source_files()
     rule_file = Path(inspect.getsourcefile(unary.exp_grad.py_func))
