@@ -10,12 +10,13 @@ Record layout (one row of ``Tape.rec``, six int64 fields)::
             index arrays) or ``floats`` (Python scalars, softplus's beta, ...)
 
 Every value lives in one arena per float dtype at its ``out`` offset, so a slot is an
-offset and the sweeps need no table.  Recording appends to plain Python lists (the
-cheapest append CPython has); ``flush()`` moves them into the NumPy columns, which grow
-by doubling, and runs the compiled forward over the new records.  Values are computed
-lazily: a tensor's value is needed only when Python reads it or ``backward()`` runs.
-Leaves and constants are copied into the arena when first used (``load``), so a later
-in-place change of the source cannot change what the graph computed.
+offset and the sweeps need no table.  A record is packed straight into the ``rec``
+column (which grows by doubling); variable-length ``ints`` and ``floats`` go to Python
+lists first.  Values are computed lazily: ``flush()`` moves the lists into their columns
+and runs the compiled forward over the new records when Python reads a value or
+``backward()`` runs.  Leaves and constants are copied into the arena when recorded
+(``load``), so a later in-place change of the source cannot change what the graph
+computed.  Only differentiable work is recorded (see ``recording.eager``).
 
 One tape per thread (``current()``).  After ``backward()`` without ``retain_graph`` the
 thread moves on to a fresh tape; a finished tape whose tensors are all gone is rewound
@@ -29,13 +30,11 @@ import threading
 import numpy as np
 
 from tapejit import registry
-from tapejit.dtypes import float32, float64
 
 _ARENA_DTYPES = (np.float64, np.float32)
 # Writes one record's six fields straight into the record column: no Python objects are
 # kept per record and nothing needs converting at flush.
 pack_record = struct.Struct("6q").pack_into
-_TAPE_DTYPES = (float64, float32)
 
 
 class _ThreadState(threading.local):
