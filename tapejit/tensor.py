@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.tape import state
 
 _new = object.__new__
 
@@ -133,7 +132,7 @@ class Tensor:
     def __bool__(self):
         if self._numel != 1:
             raise RuntimeError(
-                f"Boolean value of Tensor with more than one value is ambiguous")
+                "Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __len__(self):
