@@ -56,19 +56,13 @@ def _import_lines(ops):
     return lines
 
 
-def _consts(op):
-    if op.nconst == 0:
-        return "c0, c1"
-    return "floats[q], floats[q + 1]" if op.nconst == 2 else "floats[q], c1"
+def _const_args(op):
+    """Expressions for a unary rule's ``c0, c1``: its static floats, or zeros it ignores."""
+    return [["c0", "c1"], ["floats[q]", "c1"], ["floats[q]", "floats[q + 1]"]][op.nconst]
 
 
 def _body(lines, ind):
     return [ind + line for line in lines]
-
-
-def _const_args(op):
-    c = _consts(op).split(", ")
-    return [c[0], c[1]] if len(c) == 2 else ["floats[q]", "floats[q + 1]"]
 
 
 def _forward_case(op, ind):

@@ -9,6 +9,7 @@ NumPy and give concrete tensors.
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.shapes import numel as _numel
 from tapejit.tape import state, current, pack_record
 from tapejit.tensor import Tensor, _taped, _concrete
 
@@ -67,13 +68,6 @@ def broadcast_shapes(op, xs, ys):
                 f"{op}: the size of tensor a ({p}) must match the size of tensor b ({q}) at "
                 f"non-singleton dimension {i} (shapes {list(xs)} and {list(ys)})")
     return tuple(out)
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 # ---- elementwise -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ Kinds of op, each with the rule shapes the sweep generator knows how to loop ove
 ``load``    brings a leaf, a constant or another tape's tensor into the arena (no kernel).
 """
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -44,7 +44,6 @@ class Op:
     samples: Optional[Callable] = None
     opcode: int = -1
     module: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 OPS: list = []

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.shapes import wrap_dim
 
 _new = object.__new__
 
@@ -152,7 +153,7 @@ class Tensor:
     def size(self, dim=None):
         if dim is None:
             return Size(self._shape)
-        return self._shape[_wrap_dim(dim, len(self._shape), "size")]
+        return self._shape[wrap_dim(dim, len(self._shape), "size")]
 
     @property
     def dtype(self):
@@ -395,13 +396,6 @@ class _HookHandle:
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
 
-
-def _wrap_dim(dim, ndim, op):
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(
-            f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-    return dim % n
 
 
 def _before_write(t):

@@ -85,8 +85,7 @@ def _softmax(op, input, dim, log, dtype):
         shape = input._shape
         d = wrap_dim(dim, len(shape), op.name)
         tape = _state.tape or _current()
-        p = tape.nints + len(tape.pints)
-        tape.pints += (numel(shape[:d]), shape[d] if shape else 1, numel(shape[d + 1:]))
+        p = tape.add_ints((numel(shape[:d]), shape[d] if shape else 1, numel(shape[d + 1:])))
         return record(op, (input,), shape, input._dtype, p, 1 if log else 0)
     x = float_input(input)
     if dtype is not None:

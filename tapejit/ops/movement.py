@@ -829,8 +829,7 @@ def _stack_taped(tensors):
             fields += (~x._off, n)
     total = n * len(tensors)
     d = dt.arena
-    p = tape.nints + len(tape.pints)
-    tape.pints += fields
+    p = tape.add_ints(fields)
     cur = tape.cursor
     off = cur[d]
     cur[d] = off + (total or 1)

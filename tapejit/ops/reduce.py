@@ -311,10 +311,6 @@ MIN_ALL = same_kernels("min_all", "MinBackward1", AMAX,
 return_types = _namedtuple("return_types", ["values", "indices"])
 
 
-def _plain(t):
-    return t._tape is None and not t._rg
-
-
 def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
