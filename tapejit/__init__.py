@@ -15,7 +15,8 @@ from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty,
                               rand, randn, randint, randperm, rand_like, randn_like)
 from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
                                inference_mode, is_inference_mode_enabled)
-from tapejit import autograd, nn  # noqa: F401
+from tapejit import autograd, nn, optim  # noqa: F401
+from tapejit.functional import grad, value_and_grad  # noqa: F401
 from tapejit.tape import Tape  # noqa: F401
 
 _install(globals(), Tensor)

@@ -105,10 +105,21 @@ class Tensor:
         return self._read()
 
     def __array__(self, dtype=None, copy=None):
+        if self._rg:   # as torch: NumPy would silently cut the tensor out of the graph
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         v = self._read()
         if dtype is not None:
             v = v.astype(dtype, copy=False)
         return v.copy() if copy else v
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from tapejit.numpy_interop import array_ufunc
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from tapejit.numpy_interop import array_function
+        return array_function(func, types, args, kwargs)
 
     def item(self):
         if self._numel != 1:

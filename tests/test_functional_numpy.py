@@ -1,0 +1,269 @@
+"""``tj.grad`` / ``tj.value_and_grad`` on functions written with plain NumPy, and the
+``__array_ufunc__`` / ``__array_function__`` protocols they rely on."""
+import numpy as np
+import pytest
+import scipy.optimize as so
+
+import tapejit as tj
+from tapejit.numpy_interop import supported_functions
+
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def central_differences(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    flat = x.reshape(-1)
+    for i in range(flat.size):
+        up, down = flat.copy(), flat.copy()
+        up[i] += eps
+        down[i] -= eps
+        g.reshape(-1)[i] = (f(up.reshape(x.shape)) - f(down.reshape(x.shape))) / (2 * eps)
+    return g
+
+
+# ---- value_and_grad / grad ------------------------------------------------------------------
+
+def test_rosenbrock_value_and_gradient_match_scipy():
+    x = np.random.default_rng(0).uniform(-2, 2, 10)
+    value, g = tj.value_and_grad(rosen)(x)
+    assert type(value) is float
+    assert value == pytest.approx(so.rosen(x), rel=1e-14)
+    assert g.dtype == np.float64 and g.shape == x.shape and isinstance(g, np.ndarray)
+    np.testing.assert_allclose(g, so.rosen_der(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tj.grad(rosen)(x), so.rosen_der(x), rtol=1e-12, atol=1e-12)
+
+
+def test_scipy_minimize_converges_with_value_and_grad():
+    x0 = np.full(20, -1.0)
+    result = so.minimize(tj.value_and_grad(rosen), x0, jac=True, method="L-BFGS-B")
+    assert result.success
+    np.testing.assert_allclose(result.x, np.ones(20), atol=1e-4)
+
+
+def test_gradient_is_a_fresh_array_each_call():
+    f = tj.value_and_grad(lambda x: np.sum(x * x))
+    x = np.array([1.0, 2.0])
+    _, g1 = f(x)
+    _, g2 = f(x + 1)
+    np.testing.assert_array_equal(g1, [2.0, 4.0])
+    np.testing.assert_array_equal(g2, [4.0, 6.0])
+
+
+def test_float32_argument_gives_float32_gradient_and_ints_become_float64():
+    x = np.array([1.0, 2.0], np.float32)
+    g = tj.grad(lambda x: np.sum(np.exp(x)))(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, np.exp(x), rtol=1e-6)
+    g = tj.grad(lambda x: np.sum(x ** 2))(np.array([1, 2, 3]))
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g, [2.0, 4.0, 6.0])
+
+
+def test_python_scalar_argument():
+    assert float(tj.grad(lambda x: x ** 3)(2.0)) == pytest.approx(12.0)
+
+
+def test_argnums_tuple_and_non_differentiated_arguments():
+    def f(w, x, b, scale):
+        return scale * np.sum(np.tanh(x @ w + b))
+
+    rng = np.random.default_rng(1)
+    w, x, b = rng.normal(size=(3, 2)), rng.normal(size=(4, 3)), rng.normal(size=2)
+    gw, gb = tj.grad(f, argnums=(0, 2))(w, x, b, 0.5)
+    np.testing.assert_allclose(gw, central_differences(lambda w_: f(w_, x, b, 0.5), w), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gb, central_differences(lambda b_: f(w, x, b_, 0.5), b), rtol=1e-6, atol=1e-8)
+    gx = tj.grad(f, argnums=1)(w, x, b, 0.5)
+    np.testing.assert_allclose(gx, central_differences(lambda x_: f(w, x_, b, 0.5), x), rtol=1e-6, atol=1e-8)
+
+
+def test_has_aux_returns_the_auxiliary_value():
+    def f(x):
+        return np.sum(x ** 2), {"norm": np.linalg.norm(x.detach().numpy())}
+
+    (value, aux), g = tj.value_and_grad(f, has_aux=True)(np.array([3.0, 4.0]))
+    assert value == 25.0 and aux["norm"] == pytest.approx(5.0)
+    np.testing.assert_array_equal(g, [6.0, 8.0])
+    g, aux = tj.grad(f, has_aux=True)(np.array([3.0, 4.0]))
+    np.testing.assert_array_equal(g, [6.0, 8.0])
+
+
+def test_python_control_flow_is_recorded_per_call():
+    def f(x):
+        if np.sum(x) > 0:
+            return np.sum(x ** 2)
+        return np.sum(-3.0 * x)
+
+    np.testing.assert_array_equal(tj.grad(f)(np.array([1.0, 2.0])), [2.0, 4.0])
+    np.testing.assert_array_equal(tj.grad(f)(np.array([-1.0, -2.0])), [-3.0, -3.0])
+
+
+def test_unused_argument_and_constant_output_give_zero_gradients():
+    value, (gx, gy) = tj.value_and_grad(lambda x, y: np.sum(x * 2.0), argnums=(0, 1))(
+        np.ones(2), np.ones((2, 3)))
+    assert value == 4.0
+    np.testing.assert_array_equal(gx, [2.0, 2.0])
+    np.testing.assert_array_equal(gy, np.zeros((2, 3)))
+    value, g = tj.value_and_grad(lambda x: 7.0)(np.ones(3))
+    assert value == 7.0
+    np.testing.assert_array_equal(g, np.zeros(3))
+
+
+def test_non_scalar_output_is_an_error():
+    with pytest.raises(TypeError, match=r"must return a scalar.*shape \[3\]"):
+        tj.grad(lambda x: x * 2)(np.ones(3))
+
+
+def test_bad_argnums_and_argument_types():
+    with pytest.raises(TypeError, match="argnums 2 is out of range for 1 positional"):
+        tj.grad(lambda x: np.sum(x), argnums=2)(np.ones(3))
+    with pytest.raises(TypeError, match="argument 0 must be a real float array"):
+        tj.grad(lambda x: np.sum(x))(np.ones(3, complex))
+
+
+# ---- every supported NumPy function against central differences ----------------------------
+
+def positive(shape, rng):
+    return rng.uniform(0.5, 2.0, shape)
+
+
+def anywhere(shape, rng):
+    return rng.uniform(-2.0, 2.0, shape)
+
+
+CONST = np.array([[0.3, -1.2, 2.0], [1.5, 0.7, -0.4]])
+
+CASES = {
+    "negative": (lambda x: np.sum(np.negative(x) * CONST), anywhere),
+    "positive": (lambda x: np.sum(np.positive(x) * CONST), anywhere),
+    "absolute": (lambda x: np.sum(np.abs(x) * CONST), anywhere),
+    "exp": (lambda x: np.sum(np.exp(x) * CONST), anywhere),
+    "exp2": (lambda x: np.sum(np.exp2(x) * CONST), anywhere),
+    "log": (lambda x: np.sum(np.log(x) * CONST), positive),
+    "log2": (lambda x: np.sum(np.log2(x) * CONST), positive),
+    "log10": (lambda x: np.sum(np.log10(x) * CONST), positive),
+    "log1p": (lambda x: np.sum(np.log1p(x) * CONST), positive),
+    "expm1": (lambda x: np.sum(np.expm1(x) * CONST), anywhere),
+    "sqrt": (lambda x: np.sum(np.sqrt(x) * CONST), positive),
+    "square": (lambda x: np.sum(np.square(x) * CONST), anywhere),
+    "reciprocal": (lambda x: np.sum(np.reciprocal(x) * CONST), positive),
+    "sin": (lambda x: np.sum(np.sin(x) * CONST), anywhere),
+    "cos": (lambda x: np.sum(np.cos(x) * CONST), anywhere),
+    "tan": (lambda x: np.sum(np.tan(x * 0.5) * CONST), anywhere),
+    "tanh": (lambda x: np.sum(np.tanh(x) * CONST), anywhere),
+    "sign": (lambda x: np.sum(np.sign(x) * x * CONST), anywhere),
+    "sinh": (lambda x: np.sum(np.sinh(x) * CONST), anywhere),
+    "cosh": (lambda x: np.sum(np.cosh(x) * CONST), anywhere),
+    "add_array": (lambda x: np.sum(np.add(CONST, x) ** 2), anywhere),
+    "subtract_reflected": (lambda x: np.sum((CONST - x) ** 2), anywhere),
+    "multiply_scalar": (lambda x: np.sum(np.float64(3.0) * x * CONST), anywhere),
+    "divide_reflected": (lambda x: np.sum(CONST / x), positive),
+    "power_scalar_base": (lambda x: np.sum(np.power(2.0, x) * CONST), anywhere),
+    "power_tensor_exponent": (lambda x: np.sum(x ** x), positive),
+    "matmul": (lambda x: np.sum(np.tanh(x @ CONST.T)), anywhere),
+    "maximum": (lambda x: np.sum(np.maximum(x, 0.25) * CONST), anywhere),
+    "minimum_array": (lambda x: np.sum(np.minimum(CONST, x) * x), anywhere),
+    "logaddexp": (lambda x: np.sum(np.logaddexp(x, CONST)), anywhere),
+    "add_reduce": (lambda x: np.sum(np.add.reduce(x * CONST) ** 2), anywhere),
+    "multiply_reduce": (lambda x: np.sum(np.multiply.reduce(x, axis=1)), anywhere),
+    "maximum_reduce": (lambda x: np.sum(np.maximum.reduce(x * CONST, axis=None)), anywhere),
+    "sum_axis": (lambda x: np.sum(np.sum(x * CONST, axis=0, keepdims=True) ** 2), anywhere),
+    "mean": (lambda x: np.mean(np.mean(x ** 2, axis=1) * np.array([1.0, 2.0])), anywhere),
+    "prod": (lambda x: np.prod(x, axis=1).sum(), anywhere),
+    "max": (lambda x: np.max(x * CONST, axis=1).sum() + np.max(x), anywhere),
+    "amin": (lambda x: np.amin(x * CONST, axis=0).sum() + np.min(x), anywhere),
+    "var": (lambda x: np.var(x, axis=1).sum() + np.var(x, ddof=1), anywhere),
+    "std": (lambda x: np.std(x * CONST, axis=0, ddof=1).sum() + np.std(x), anywhere),
+    "linalg_norm": (lambda x: np.linalg.norm(x) + np.linalg.norm(x, axis=1).sum()
+                    + np.linalg.norm(x[0], ord=1), anywhere),
+    "dot": (lambda x: np.dot(x[0], x[1]) + np.sum(np.dot(x, CONST.T)), anywhere),
+    "inner": (lambda x: np.inner(x[0], CONST[1]), anywhere),
+    "outer": (lambda x: np.sum(np.outer(x[0], x[1]) ** 2), anywhere),
+    "trace": (lambda x: np.trace(x[:, :2] @ x[:, 1:]), anywhere),
+    "where": (lambda x: np.sum(np.where(x > 0, x ** 2, -x) * CONST), anywhere),
+    "clip": (lambda x: np.sum(np.clip(x, -1.0, 1.0) * CONST), anywhere),
+    "concatenate": (lambda x: np.sum(np.concatenate([x, CONST, x ** 2], axis=1) ** 2), anywhere),
+    "concatenate_flat": (lambda x: np.sum(np.concatenate([x, CONST], axis=None) ** 3), anywhere),
+    "stack": (lambda x: np.sum(np.stack([x, x * CONST], axis=-1) ** 2), anywhere),
+    "hstack_vstack": (lambda x: np.sum(np.hstack([x, x]) ** 2) + np.sum(np.vstack([x, CONST]) ** 3), anywhere),
+    "reshape_ravel": (lambda x: np.sum(np.reshape(x, (3, 2)) @ CONST) + np.sum(np.ravel(x) ** 3), anywhere),
+    "transpose": (lambda x: np.sum(np.transpose(x) @ CONST), anywhere),
+    "swapaxes_moveaxis": (lambda x: np.sum(np.swapaxes(x, 0, 1) ** 3)
+                          + np.sum(np.moveaxis(x[None], 0, -1)[..., 0] * CONST), anywhere),
+    "squeeze_expand_dims": (lambda x: np.sum(np.squeeze(np.expand_dims(x, (0, 2)), axis=2) ** 3), anywhere),
+    "diff": (lambda x: np.sum(np.diff(x, axis=1) ** 2) + np.sum(np.diff(x.reshape(-1), n=2) ** 2), anywhere),
+    "split": (lambda x: sum(np.sum(p * (i + 1)) for i, p in enumerate(np.split(x, [1, 2], axis=1))), anywhere),
+    "copy": (lambda x: np.sum(np.copy(x) ** 2), anywhere),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_numpy_function_gradient_matches_central_differences(name):
+    f, domain = CASES[name]
+    x = domain((2, 3), np.random.default_rng(abs(hash(name)) % 2**32))
+    value, g = tj.value_and_grad(f)(x)
+    assert value == pytest.approx(float(f(x)), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(g, central_differences(f, x), rtol=1e-5, atol=1e-7)
+
+
+def test_every_supported_numpy_ufunc_has_a_gradient_case():
+    covered = " ".join(CASES)
+    boolean = {"isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or", "logical_xor",
+               "equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+    aliases = {"true_divide": "divide"}
+    for name in supported_functions():
+        short = name.rsplit(".", 1)[1]
+        if short in boolean or name.endswith("_like") or short in (
+                "shape", "ndim", "size", "allclose", "isclose", "array_equal", "count_nonzero",
+                "nonzero", "argwhere", "flatnonzero", "argmax", "argmin", "cumsum", "amax"):
+            continue
+        assert aliases.get(short, short) in covered, f"{name} has no gradient case"
+
+
+def test_comparisons_and_metadata_work_on_tensors():
+    x = tj.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    np.testing.assert_array_equal(np.greater(x, 0).numpy(), [True, False, True])
+    np.testing.assert_array_equal(np.isfinite(x).numpy(), [True, True, True])
+    assert np.shape(x) == (3,) and np.ndim(x) == 1 and np.size(x) == 3
+    z = np.zeros_like(x)
+    assert isinstance(z, np.ndarray) and z.shape == (3,) and z.dtype == np.float32
+    assert np.allclose(x, [1.0, -2.0, 3.0])
+    assert int(np.argmax(x)) == 2
+
+
+def test_ndarray_on_the_left_of_an_operator_records_the_gradient():
+    x = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    y = np.array([3.0, 4.0]) * x + np.array([1.0, 1.0])
+    assert isinstance(y, tj.Tensor)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
+
+
+def test_python_scalar_on_the_left_keeps_float32():
+    x = tj.tensor([1.0, 2.0], requires_grad=True)
+    assert np.subtract(2.0, x).dtype == tj.float32
+    assert np.multiply(np.float64(2.0), x).dtype == tj.float32
+
+
+# ---- refusals: never a silently wrong gradient -------------------------------------------
+
+@pytest.mark.parametrize("call, name", [
+    (lambda x: np.sort(x), "numpy.sort"),
+    (lambda x: np.arctan(x), "numpy.arctan"),
+    (lambda x: np.einsum("ij->", x), "numpy.einsum"),
+    (lambda x: np.add.accumulate(x), "numpy.add.accumulate"),
+    (lambda x: np.exp(x, out=np.empty((2, 3))), "numpy.exp with out="),
+    (lambda x: np.sum(x, dtype=np.float32), "numpy.sum with dtype="),
+    (lambda x: np.linalg.norm(x, ord=2), "numpy.linalg.norm with ord=2"),
+    (lambda x: np.linalg.solve(x[:, :2], x[:, 2]), "numpy.linalg.solve"),
+])
+def test_unsupported_numpy_function_raises_type_error_naming_it(call, name):
+    with pytest.raises(TypeError, match=name.replace(".", r"\.")):
+        tj.grad(lambda x: np.sum(call(x)))(np.ones((2, 3)))
+
+
+def test_converting_a_tensor_that_requires_grad_to_an_array_is_refused():
+    with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that requires grad"):
+        tj.grad(lambda x: np.asarray(x).sum())(np.ones(3))
+    np.testing.assert_array_equal(np.asarray(tj.tensor([1.0, 2.0])), [1.0, 2.0])
