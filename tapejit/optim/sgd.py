@@ -1,0 +1,75 @@
+"""Stochastic gradient descent, optionally with momentum, as torch.optim.SGD."""
+from tapejit.optim import _kernels
+from tapejit.optim.optimizer import Optimizer, _grad_array
+
+__all__ = ["SGD"]
+
+
+class SGD(Optimizer):
+    """torch.optim.SGD's rule::
+
+        g = -grad if maximize else grad;  g += weight_decay * p
+        buf = g (first step) | momentum * buf + (1 - dampening) * g
+        g = g + momentum * buf if nesterov else buf          (when momentum != 0)
+        p -= lr * g
+
+    ``foreach`` and ``fused`` are accepted for compatibility and change nothing: every
+    update is already one fused compiled pass per parameter.
+    """
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
+                 *, maximize=False, foreach=None, differentiable=False, fused=None):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if differentiable:
+            raise ValueError("tapejit.optim does not support differentiable=True: steps are "
+                             "not recorded on the tape")
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
+                    "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
+                    "foreach": foreach, "differentiable": differentiable, "fused": fused}
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, defaults)
+
+    def step(self, closure=None):
+        loss = None if closure is None else self._evaluate(closure)
+        flat_of = self._flat
+        param_array = self._param_array
+        write_back = self._write_back
+        for group in self.param_groups:
+            lr = float(group["lr"])
+            momentum = float(group["momentum"])
+            weight_decay = float(group["weight_decay"])
+            sign = -1.0 if group["maximize"] else 1.0
+            if momentum == 0.0:
+                for p in group["params"]:
+                    grad = getattr(p, "_grad", None)
+                    if grad is None:
+                        continue
+                    param = param_array(p)
+                    flat = flat_of(param)
+                    _kernels.sgd_plain(flat, _grad_array(grad, param), lr, weight_decay, sign)
+                    write_back(param, flat)
+                continue
+            dampening = float(group["dampening"])
+            nesterov = bool(group["nesterov"])
+            state = self.state
+            for p in group["params"]:
+                grad = getattr(p, "_grad", None)
+                if grad is None:
+                    continue
+                param_state = state[p]
+                buf = param_state.get("momentum_buffer")
+                first = buf is None
+                if first:
+                    buf = param_state["momentum_buffer"] = self._state_zeros(p)
+                param = param_array(p)
+                flat = flat_of(param)
+                _kernels.sgd_momentum(flat, _grad_array(grad, param), flat_of(buf._data), first,
+                                      lr, momentum, dampening, weight_decay, nesterov, sign)
+                write_back(param, flat)
+        return loss
