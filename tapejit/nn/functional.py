@@ -1,6 +1,26 @@
-"""``tapejit.nn.functional``: activations and losses as functions (PyTorch names)."""
-from tapejit.ops.activation import softmax, log_softmax  # noqa: F401
-from tapejit.ops.unary import relu as _relu, sigmoid, tanh, softplus, gelu, leaky_relu  # noqa: F401
+"""``tapejit.nn.functional``: layers and losses as functions, with PyTorch's names.
+
+Everything here is composed from the core's differentiable ops (no opcodes of its own),
+choosing compositions that add few records to the tape.  The losses live in
+``tapejit.nn.losses`` and are re-exported here.
+"""
+import numpy as np
+
+from tapejit import dtypes
+from tapejit.creation import rng as _rng
+from tapejit.nn.losses import (  # noqa: F401
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+)
+from tapejit.ops.activation import log_softmax, softmax  # noqa: F401
+from tapejit.ops.linalg import matmul as _matmul
+from tapejit.ops.movement import where as _where
+from tapejit.ops.unary import relu as _relu
+from tapejit.printing import type_name
+from tapejit.tensor import Tensor, _concrete
 
 
 def relu(input, inplace=False):
@@ -8,3 +28,107 @@ def relu(input, inplace=False):
         from tapejit.inplace import apply_inplace
         return apply_inplace(input, lambda: _relu(input), "relu_")
     return _relu(input)
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias`` (grad_fns TBackward0, MmBackward0, AddBackward0)."""
+    xs, ws = input._shape, weight._shape
+    if len(ws) == 2 and (not xs or xs[-1] != ws[1]):
+        if not xs:
+            raise RuntimeError("linear: both arguments need to be at least 1D, but they are 0D and 2D")
+        rows = 1
+        for s in xs[:-1]:
+            rows *= s
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({rows}x{xs[-1]} and {ws[1]}x{ws[0]})")
+    out = _matmul(input, weight.t())
+    if bias is None:
+        return out
+    # Bias first: when it is a Parameter this is Tensor.__add__ with a plain Tensor, the
+    # operator's fast path (out + bias would go through Parameter.__radd__ first).
+    return bias + out
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (a
+    multiply by a constant mask drawn from tapejit's generator, so ``tj.manual_seed``
+    makes it reproducible).  The identity when not ``training``."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    dt = input._dtype if input._dtype.is_floating_point else dtypes.get_default_dtype()
+    keep = 1.0 - p
+    if keep == 0.0:
+        mask = np.zeros(input._shape, dt.np)
+    else:
+        mask = (_rng().random(input._shape) < keep).astype(dt.np) * dt.np.type(1.0 / keep)
+    if inplace:
+        return input.mul_(_concrete(mask))
+    return input * _concrete(mask)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 one-hot encoding along a new last dimension."""
+    if not isinstance(tensor, Tensor) or tensor._dtype is not dtypes.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    values = tensor._value()
+    if num_classes == -1:
+        if values.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(values.max()) + 1
+    if values.size and values.min() < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if values.size and values.max() >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    return _concrete((values[..., None] == np.arange(num_classes)).astype(np.int64))
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of ``weight`` picked by the int64 ``input`` (its gradient scatters back into
+    the rows, summing repeats).  The ``padding_idx`` row is returned but gets no gradient."""
+    if not isinstance(input, Tensor) or input._dtype is not dtypes.int64:
+        got = type_name(input) if isinstance(input, Tensor) else type(input).__name__
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar "
+                           f"types: Long, Int; but got {got} instead (while checking arguments for embedding)")
+    rows = weight._shape[0]
+    index = input._value()
+    if index.size and (index.min() < 0 or index.max() >= rows):
+        bad = index[(index < 0) | (index >= rows)].reshape(-1)[0]
+        raise IndexError(f"index out of range in self (embedding: index {bad} with {rows} rows)")
+    padding_idx = _padding_index(padding_idx, rows)
+    out = weight[index]
+    if padding_idx is not None and out._rg:
+        padded = index == padding_idx
+        if padded.any():
+            fixed_row = _concrete(np.array(weight._value()[padding_idx]))
+            out = _where(padded[..., None], fixed_row, out)
+    return out
+
+
+def _padding_index(padding_idx, rows):
+    if padding_idx is None:
+        return None
+    if not -rows <= padding_idx < rows:
+        raise AssertionError("Padding_idx must be within num_embeddings")
+    return padding_idx % rows
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalize over the trailing ``normalized_shape`` dims (biased variance), then scale
+    and shift."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or len(input._shape) < k or tuple(input._shape[-k:]) != shape:
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape [*, "
+            f"{', '.join(map(str, shape))}], but got input of size{list(input._shape)}")
+    dims = tuple(range(-k, 0))
+    centred = input - input.mean(dims, keepdim=True)
+    variance = (centred * centred).mean(dims, keepdim=True)
+    out = centred * (variance + eps).rsqrt()
+    if weight is not None:
+        out = weight * out
+    if bias is not None:
+        out = bias + out
+    return out
