@@ -17,6 +17,7 @@ from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_e
                                inference_mode, is_inference_mode_enabled)
 from tapejit import autograd, nn, optim  # noqa: F401
 from tapejit.functional import grad, value_and_grad  # noqa: F401
+from tapejit import viz  # noqa: F401
 from tapejit.tape import Tape  # noqa: F401
 
 _install(globals(), Tensor)

@@ -142,11 +142,12 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
         else:
             adj[off:off + len(g)] = g
             flags[off] = 1
-    stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets) else {}
+    stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
     sw = sweeps(tape.groups)
     anomaly = state.anomaly
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
+        _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain)
         for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
                 _cast_backward(tape, start, retain)
@@ -160,8 +161,7 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
                 _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
                                          tape.floats[kind], retain))
-            for t in stops.get(start, ()):
-                _at_tensor(tape, t, target_ids, found, accumulate)
+            _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain)
     except BaseException:
         for f in tape.flags:
             f[:] = 0
@@ -217,8 +217,27 @@ def _cast_backward(tape, r, retain):
         tape.flags[src][a] = 1
 
 
+def _at_stop(tape, items, target_ids, found, accumulate, retain):
+    """Python's turn between compiled segments: tensors first (their hooks may change the
+    gradient a custom Function's backward then receives), then custom Functions."""
+    for item in items:
+        if isinstance(item, Tensor):
+            _at_tensor(tape, item, target_ids, found, accumulate)
+    for item in items:
+        if not isinstance(item, Tensor):
+            item.run_backward(tape, retain)
+
+
 def _stops(tape, targets):
-    """Records where Python must see a gradient: {record index just above: [tensors]}."""
+    """Where Python must run during the sweep: {record index just above: [tensors and custom
+    Function contexts]}.  A tensor output by a custom Function stops with the Function, so
+    its hooks run before the Function's backward."""
+    stops = {}
+    output_stop = {}
+    for first, ctx in tape.functions or ():
+        stops.setdefault(ctx._stop, []).append(ctx)
+        for r in range(first, ctx._stop):
+            output_stop[r + 1] = ctx._stop
     wanted = []
     if tape.hooks:
         wanted += [t for t in tape.hooks.values() if t._tape is tape]
@@ -226,7 +245,6 @@ def _stops(tape, targets):
         wanted += [t for t in tape.retained.values() if t._tape is tape]
     if targets is not None:
         wanted += [t for t in targets if t._tape is tape]
-    stops = {}
     seen = set()
     for t in wanted:
         if id(t) in seen:
@@ -234,7 +252,7 @@ def _stops(tape, targets):
         seen.add(id(t))
         r = tape.producer(t._dtype.arena, t._off)
         if r is not None:
-            stops.setdefault(r + 1, []).append(t)
+            stops.setdefault(output_stop.get(r + 1, r + 1), []).append(t)
     return stops
 
 

@@ -6,6 +6,7 @@ loaded from a leaf that requires grad shows as ``AccumulateGrad``, a constant as
 ``(None, 0)``.
 """
 from tapejit import registry
+from tapejit.tensor import Tensor
 
 _classes = {}
 
@@ -99,6 +100,8 @@ def _node_at(tape, arena, off):
     op = registry.OPS[tape.rec[r, 0] >> 1]
     if op is LOAD:
         src = tape.sources[int(tape.rec[r, 4])]
+        if not isinstance(src, Tensor):   # an output of a custom Function: its context
+            return src
         if src._tape is None:
             return AccumulateGrad(src) if src._rg else None
         return node_for(src)

@@ -71,7 +71,7 @@ def sweeps(mask):
 class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "loads_of", "grad_loads",
-                 "serial", "thread", "hooks", "retained", "poisoned", "_producers", "groups",
+                 "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
                  "__weakref__")
 
     def __init__(self):
@@ -101,6 +101,7 @@ class Tape:
         self.grad_loads = []
         self.hooks = None
         self.retained = None
+        self.functions = None   # [(first output load record, ctx)] of custom Functions
         self.poisoned = None
         self._producers = None
         self.groups = 0
@@ -155,7 +156,6 @@ class Tape:
         hit = self.loaded.get((key, dt.arena)) if t._rg else None
         if hit is not None and hit[1] == version and hit[2] is t:
             return hit[0]
-        LOAD = registry.BY_NAME["load"]
         src_tape = t._tape
         if src_tape is None:
             value = t._data
@@ -166,7 +166,22 @@ class Tape:
                     "detach() it (or pass the leaf tensors instead): each thread records its own graph")
             src_tape.flush()
             value = src_tape.value(t)
-        n = t._numel
+        d = dt.arena
+        index = len(self.sources)
+        off = self.load_value(value, dt, t)
+        needs_grad = t._rg and state.grad and dt is t._dtype
+        if needs_grad:
+            self.grad_loads.append((index, d, off))
+        entry = (off, version, t)
+        if t._rg and state.grad:
+            self.loaded[(key, d)] = entry
+        self.loads_of.setdefault((key, d), []).append(entry)
+        return off
+
+    def load_value(self, value, dt, source):
+        """A load record copying array ``value`` into a new slot of arena ``dt``; ``source``
+        (a tensor, or a custom Function's context) is what the slot was loaded from."""
+        n = value.size
         d = dt.arena
         off = self.alloc(d, n)
         self._ensure_arena(d, self.cursor[d])
@@ -175,17 +190,18 @@ class Tape:
         elif n:
             self.vals[d][off:off + n] = value.reshape(-1)
         index = len(self.sources)
-        self.sources.append(t)
-        needs_grad = t._rg and state.grad and dt is t._dtype
-        if needs_grad:
-            self.grad_loads.append((index, d, off))
+        self.sources.append(source)
+        LOAD = registry.BY_NAME["load"]
         self.append(LOAD.opcode * 2 + d, off, -1, -1, index, n)
         self.groups |= LOAD.bit
-        entry = (off, version, t)
-        if t._rg and state.grad:
-            self.loaded[(key, d)] = entry
-        self.loads_of.setdefault((key, d), []).append(entry)
         return off
+
+    def note_function(self, ctx, first):
+        """Records ``first`` up to ``ctx._stop`` load the outputs of a custom Function: the
+        backward sweep must stop above them for its Python ``backward``."""
+        if self.functions is None:
+            self.functions = []
+        self.functions.append((first, ctx))
 
     # ---- storage -------------------------------------------------------------------------
 
@@ -264,7 +280,13 @@ class Tape:
             return ()
         return segments(self.rec, lo, hi, cast_opcode, stops)
 
-    # ---- graph queries (slow path: grad_fn, hooks) ---------------------------------------
+    # ---- graph queries (slow path: grad_fn, hooks, printing) -----------------------------
+
+    def summary(self):
+        """A printable table of every record: op, PyTorch node, operands, leading values."""
+        from tapejit.summary import records_table
+        self.flush()
+        return records_table(self, self.nrec - 1) if self.nrec else "(an empty tape)"
 
     def producer(self, arena, off):
         """Index of the record whose result is at ``off`` in arena ``arena``."""
