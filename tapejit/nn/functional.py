@@ -8,19 +8,24 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.creation import rng as _rng
-from tapejit.nn.losses import (  # noqa: F401
+from tapejit.nn.losses import (
     binary_cross_entropy_with_logits,
     cross_entropy,
     l1_loss,
     mse_loss,
     nll_loss,
 )
-from tapejit.ops.activation import log_softmax, softmax  # noqa: F401
+from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import matmul as _matmul
 from tapejit.ops.movement import where as _where
+from tapejit.ops.unary import gelu, leaky_relu, sigmoid, softplus, tanh
 from tapejit.ops.unary import relu as _relu
 from tapejit.printing import type_name
 from tapejit.tensor import Tensor, _concrete
+
+__all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "dropout", "embedding", "gelu", "l1_loss",
+           "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "relu",
+           "sigmoid", "softmax", "softplus", "tanh"]
 
 
 def relu(input, inplace=False):
