@@ -50,7 +50,7 @@ def _check_pair(op, input, target):
 
 def _constant(values, like):
     """A NumPy array as a constant tensor of ``like``'s float dtype."""
-    return _concrete(np.ascontiguousarray(values, dtype=like._dtype.np))
+    return _concrete(np.asarray(values, dtype=like._dtype.np, order="C"))
 
 
 def _needs_grad(t):

@@ -60,7 +60,7 @@ class Module:
         if isinstance(value, Parameter):
             if params is None:
                 raise AttributeError("cannot assign parameters before Module.__init__() call")
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif params is not None and name in params:
             if value is not None:
@@ -72,7 +72,7 @@ class Module:
             if isinstance(value, Module):
                 if modules is None:
                     raise AttributeError("cannot assign module before Module.__init__() call")
-                self._forget(name)
+                self._forget(name, keep="_modules")
                 modules[name] = value
             elif modules is not None and name in modules:
                 if value is not None:
@@ -92,10 +92,13 @@ class Module:
         self._forget(name)
         object.__delattr__(self, name)
 
-    def _forget(self, name):
+    def _forget(self, name, keep=None):
+        """Drop ``name`` from the registries (but ``keep``, where re-assigning a name keeps
+        its place in the order, as in torch)."""
         d = self.__dict__
         for registry in ("_parameters", "_buffers", "_modules"):
-            d[registry].pop(name, None)
+            if registry != keep:
+                d[registry].pop(name, None)
         d["_non_persistent_buffers_set"].discard(name)
 
     def _check_new_name(self, name, kind, registry):
@@ -115,7 +118,7 @@ class Module:
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' "
                             "(torch.nn.Parameter or None required)")
-        self._forget(name)
+        self._forget(name, keep="_parameters")
         self._parameters[name] = param
         self.__dict__[name] = param
 
@@ -124,7 +127,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
                             "(torch Tensor or None required)")
-        self._forget(name)
+        self._forget(name, keep="_buffers")
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent_buffers_set.add(name)
@@ -134,7 +137,7 @@ class Module:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{_typename(module)} is not a Module subclass")
         self._check_new_name(name, "module", self.__dict__.get("_modules", ()))
-        self._forget(name)
+        self._forget(name, keep="_modules")
         self._modules[name] = module
         self.__dict__[name] = module
 

@@ -34,8 +34,9 @@ def _fill(target, array, requires_grad):
     target._dtype = source._dtype
     target._rg = False
     if requires_grad:
-        # Tensor.requires_grad_ raises torch's error for integer dtypes.
-        target.requires_grad_(True)
+        if not target._dtype.is_floating_point:
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+        target._rg = True
     return target
 
 
@@ -112,7 +113,7 @@ def set_leaf_value(tensor, array):
     if tensor._tape is not None:
         raise RuntimeError("set_leaf_value: expected a leaf tensor")
     note_leaf_write(tensor)
-    source = _concrete(np.ascontiguousarray(array))
+    source = _concrete(np.asarray(array, order="C"))  # (ascontiguousarray would make 0-d arrays 1-d)
     tensor._data = source._data
     tensor._shape = source._shape
     tensor._numel = source._numel
