@@ -1,7 +1,7 @@
 """Benchmark set-up: one thread everywhere, peers skipped when missing, a ratio summary.
 
-Thread counts must be fixed before NumPy, SciPy, Numba or torch is first imported (their
-thread pools read these variables once), hence the ``os.environ`` lines come first.
+Thread counts must be fixed before NumPy, SciPy, Numba, torch or JAX is first imported
+(their thread pools read these variables once), hence the ``os.environ`` lines come first.
 ``setdefault`` lets a caller override them on purpose, e.g. ``OMP_NUM_THREADS=2 pytest bench``.
 """
 import os
@@ -9,16 +9,23 @@ import os
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 for _var in _THREAD_VARS:
     os.environ.setdefault(_var, "1")
+# XLA's CPU client: Eigen's thread pool off, one intra-op thread; CPU only.
+_XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _XLA_ONE_THREAD).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Workloads A and C are float64; without this JAX silently computes them in float32.
+os.environ["JAX_ENABLE_X64"] = "1"
 
-import importlib.metadata  # noqa: E402
-import sys  # noqa: E402
+import importlib.metadata
+import sys
 
 # Numerical modules some plugin imported before this file ran: their pools may not be 1-thread.
-_PREIMPORTED = sorted(m for m in ("numpy", "scipy", "numba", "torch") if m in sys.modules)
+_PREIMPORTED = sorted(m for m in ("numpy", "scipy", "numba", "torch", "jax") if m in sys.modules)
 
-import pytest  # noqa: E402
-
-import workloads  # noqa: E402
+import pytest
+import targets
+import workloads
 
 try:
     import torch as _torch
@@ -47,74 +54,97 @@ def peer(request):
 def _version(module):
     try:
         return importlib.metadata.version(module)
-    except Exception:
+    except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+#: distributions whose versions the header, the JSON and the report show
+VERSIONED = ("tapejit", "torch", "jax", "jaxlib", "autograd", "numpy", "scipy", "numba",
+             "pytest-benchmark")
 
 
 def pytest_report_header(config):
     threads = ", ".join(f"{v}={os.environ.get(v)}" for v in _THREAD_VARS)
     torch_threads = _torch.get_num_threads() if _torch is not None else "-"
     lines = [f"bench: {threads}, torch.get_num_threads()={torch_threads}",
-             "bench: " + ", ".join(f"{m} {_version(m)}"
-                                   for m in ("tapejit", "torch", "numpy", "scipy", "numba"))]
+             f"bench: XLA_FLAGS={os.environ.get('XLA_FLAGS')}",
+             "bench: " + ", ".join(f"{m} {_version(m)}" for m in VERSIONED)]
     if _PREIMPORTED:
         lines.append(f"bench: WARNING {_PREIMPORTED} were imported before bench/conftest.py set "
                      "the thread variables; export them in the shell to be sure")
     return lines
 
 
-def _fmt(seconds):
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Library versions and thread settings into ``--benchmark-json`` (for report.py)."""
+    machine_info["bench_versions"] = {m: _version(m) for m in VERSIONED}
+    machine_info["bench_threads"] = {v: os.environ.get(v) for v in _THREAD_VARS + ("XLA_FLAGS",)}
+    machine_info["bench_cpu_count"] = os.cpu_count()
+
+
+# ---------------------------------------------------------------------------------------
+# a per-group summary after pytest-benchmark's table: figures, ratios, SPEC targets
+
+def _fmt(value, group):
+    if group in targets.MEMORY_GROUPS:
+        return f"{value:8.1f} MB"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:8.3f} {unit:2s}"
-    return f"{seconds / 1e-9:8.3f} ns"
+        if value >= scale:
+            return f"{value / scale:8.3f} {unit:2s}"
+    return f"{value / 1e-9:8.3f} ns"
+
+
+#: extra_info keys worth a line under the group
+_NOTES = ("records", "ns_per_record", "us_per_op", "in_process_s", "baseline_mb", "peak_mb",
+          "bytes_per_op", "rss_growth_mb")
+
+
+def _rows(benchmarks):
+    rows = []
+    for bench in benchmarks:
+        stats = getattr(bench, "stats", None)
+        if stats is None:
+            continue
+        figures = {"mean": stats.mean, "median": stats.median, "min": stats.min}
+        rows.append((bench.group, getattr(bench, "params", None) or {}, figures,
+                     getattr(bench, "extra_info", None) or {}))
+    return targets.labelled(rows)
 
 
 def _ratio_lines(benchmarks):
-    """Per group: mean, median and min of each peer, and each peer's time over tapejit's.
+    """Per group: mean, median and min of each row, and each row over tapejit's.
 
-    ``peer/tapejit`` > 1 means tapejit is faster; for a peer that is faster than tapejit
-    (NumPy) read its inverse, ``tapejit/peer``: how many times slower tapejit is.
+    ``row/tapejit`` > 1 means tapejit is faster (or uses less memory); for a peer faster
+    than tapejit (NumPy) read ``tapejit/row``: how many times slower tapejit is.
     """
-    groups, notes = {}, {}
-    for bench in benchmarks:
-        stats = getattr(bench, "stats", None)
-        name = (getattr(bench, "params", None) or {}).get("peer")
-        if stats is None or name is None:
-            continue
-        groups.setdefault(bench.group, {})[name] = (stats.mean, stats.median, stats.min)
-        extra = {k: v for k, v in (getattr(bench, "extra_info", None) or {}).items()
-                 if k in ("records", "ns_per_record", "ns_per_record_median", "in_process_s")}
-        if extra:
-            notes.setdefault(bench.group, []).append(
-                f"  {name}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+    rows = _rows(benchmarks)
+    tables = {stat: targets.table(rows, stat) for stat in ("mean", "median", "min")}
+    notes = {}
+    for group, label, _, extra in rows:
+        found = {k: extra[k] for k in _NOTES if k in extra}
+        if found:
+            notes.setdefault(group, []).append(f"  {label}: "
+                                               + ", ".join(f"{k}={v}" for k, v in found.items()))
     lines = []
-    for group, times in groups.items():
+    for group, medians in tables["median"].items():
         lines.append(group)
-        lines.append(f"  {'peer':8s} {'mean':>11s} {'median':>11s} {'min':>11s}"
-                     "   peer/tapejit (mean, median)   tapejit/peer (mean, median)")
-        base = times.get("tapejit")
-        for name, (mean, median, low) in sorted(times.items(), key=lambda kv: kv[1][0]):
+        lines.append(f"  {'row':22s} {'mean':>11s} {'median':>11s} {'min':>11s}"
+                     "   row/tapejit (mean, median)   tapejit/row (mean, median)")
+        base = (tables["mean"][group].get("tapejit"), medians.get("tapejit"))
+        for label in sorted(medians, key=medians.get):
+            mean, median, low = (tables[s][group][label] for s in ("mean", "median", "min"))
             ratio = ""
-            if base and name != "tapejit":
+            if base[0] and base[1] and label != "tapejit":
                 ratio = (f"   {mean / base[0]:8.2f} {median / base[1]:8.2f}          "
                          f"   {base[0] / mean:8.2f} {base[1] / median:8.2f}")
-            lines.append(f"  {name:8s} {_fmt(mean)} {_fmt(median)} {_fmt(low)}{ratio}")
+            lines.append(f"  {label:22s} {_fmt(mean, group)} {_fmt(median, group)} "
+                         f"{_fmt(low, group)}{ratio}")
         lines.extend(notes.get(group, ()))
-        target = workloads.TARGETS.get(group)
-        if target and base:
-            other, kind, bound, text = target
-            verdicts = []
-            for i, stat in ((0, "mean"), (1, "median")):
-                if kind == "seconds":
-                    ok = base[i] <= bound
-                elif other in times:
-                    ratio = times[other][i] / base[i]
-                    ok = ratio >= bound if kind == "speedup" else 1.0 / ratio <= bound
-                else:
-                    ok = None
-                verdicts.append(f"{stat}: " + {True: "met", False: "NOT met", None: "peer missing"}[ok])
-            lines.append(f"  target ({text}): {', '.join(verdicts)}")
+    lines.append("SPEC section 5 targets (median; mean in brackets)")
+    for by_median, by_mean in zip(targets.evaluate_all(tables["median"]),
+                                  targets.evaluate_all(tables["mean"])):
+        target = by_median.target
+        lines.append(f"  {target.group}: {target.text}: {by_median.detail} [{by_mean.detail}]")
     return lines
 
 
@@ -126,9 +156,9 @@ def pytest_terminal_summary(terminalreporter, config):
         return
     try:
         lines = _ratio_lines(benchmarks)
-    except Exception as exc:  # the summary is a convenience; never fail the run over it
+    except Exception as exc:  # noqa: BLE001 -- the summary is a convenience: never fail the run over it
         lines = [f"(ratio summary unavailable: {exc!r})"]
     if lines:
-        terminalreporter.write_sep("-", "bench: mean times and ratios per group")
+        terminalreporter.write_sep("-", "bench: figures and ratios per group")
         for line in lines:
             terminalreporter.write_line(line)

@@ -1,18 +1,24 @@
 """Benchmark workloads, written once and run with every peer library.
 
-The workload code below is the same for tapejit and PyTorch: it receives a ``Lib``
-(the tensor module and its ``nn.functional``) and only uses names both libraries share.
-The numbers in SPEC.md section 5 refer to these definitions.
+The tensor-API peers (tapejit and PyTorch) share one definition of each workload: the
+code receives a ``Lib`` (the tensor module and its ``nn.functional``) and only uses names
+both libraries have.  The functional peers (JAX, HIPS autograd) need the same maths as a
+pure function of arrays; those versions are in ``peers_functional.py``.  The hand-written
+gradients here (plain Python for A, NumPy for B and C) are the "no autograd at all" limit
+and the references the checks compare against.  SPEC.md section 5 refers to these
+definitions.
 
 * Workload A -- A. Rogozhnikov's scalar graph ("Fastest Autograd in the West", 2023):
   100 float64 0-d inputs, ``n_ops`` scalar ops (softplus, 4-term sums, products, 4-way
   softmax), gradient of the last node with respect to the inputs.
+* Workload B -- one SGD training step of a small MLP written with ``nn.Sequential``,
+  ``nn.Linear``, ``nn.MSELoss`` / ``nn.CrossEntropyLoss`` and ``optim.SGD``.
 * Workload C -- the extended Rosenbrock function's gradient, via tensor ops and
   ``.backward()``, against hand-written NumPy and ``scipy.optimize.rosen_der``.
 * Start-up -- a fresh interpreter that imports the library and takes one tiny gradient.
 
 Nothing here imports a peer library at module import time, so this file loads without
-torch installed; ``library(name)`` imports on demand.
+torch, JAX or autograd installed; ``library(name)`` imports on demand.
 """
 import importlib
 import math
@@ -29,11 +35,18 @@ from tapejit import demo
 PEERS = {
     "tapejit": ("tapejit", "pip install -e ."),
     "torch": ("torch", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
+    "jax": ("jax", "pip install jax"),
+    "autograd": ("autograd", "pip install autograd (HIPS autograd)"),
     "numpy": ("numpy", "pip install numpy"),
     "scipy": ("scipy.optimize", "pip install scipy"),
+    # the hand-written reverse sweep of workload A, in plain Python floats
+    "python": ("math", "part of Python"),
 }
 
+#: peers with a PyTorch-style tensor API (``.backward()``, ``.grad``, ``nn``, ``optim``)
 AUTOGRAD_PEERS = ("tapejit", "torch")
+#: peers that differentiate a pure function of arrays (see ``peers_functional.py``)
+FUNCTIONAL_PEERS = ("jax", "autograd")
 
 
 class Lib(NamedTuple):
@@ -53,6 +66,12 @@ def library(name):
         import torch
         import torch.nn.functional as F
         return Lib(name, torch, F)
+    if name == "jax":
+        import jax.numpy as jnp
+        return Lib(name, jnp, None)
+    if name == "autograd":
+        import autograd.numpy as anp
+        return Lib(name, anp, None)
     return Lib(name, importlib.import_module(PEERS[name][0]), None)
 
 
@@ -148,6 +167,18 @@ def scalar_graph_reference(n_ops=A_CHECK_OPS):
     return np.array([adj[i] if reached[i] else np.nan for i in range(N_INPUTS)])
 
 
+def scalar_graph_timed(lib, n_ops):
+    """``(step, grads_of)`` for peer ``lib``: ``step()`` is one timed iteration of workload
+    A (inputs to input gradients), ``grads_of(step())`` its input gradients as float64
+    NumPy, NaN for inputs the output does not reach (functional peers give 0 there)."""
+    if lib.name in AUTOGRAD_PEERS:
+        return (lambda: scalar_graph_step(lib, n_ops)), input_grads
+    if lib.name == "python":
+        return (lambda: scalar_graph_reference(n_ops)), np.asarray
+    import peers_functional
+    return peers_functional.scalar_graph_timed(lib.name, n_ops)
+
+
 def assert_grads_close(actual, expected, what, rtol=1e-9):
     """Same unreached inputs (NaN) and every reached gradient equal within ``rtol``."""
     actual = np.asarray(actual)
@@ -160,6 +191,196 @@ def assert_grads_close(actual, expected, what, rtol=1e-9):
     if not reached.any():
         raise AssertionError(f"{what}: no input received a gradient")
     np.testing.assert_allclose(actual[reached], expected[reached], rtol=rtol, atol=0, err_msg=what)
+
+
+# ---------------------------------------------------------------------------------------
+# Workload B: one SGD step of a small MLP
+
+class MLPSpec(NamedTuple):
+    """An MLP and its training step: layer ``sizes``, hidden ``activation``, ``loss``."""
+    sizes: tuple
+    activation: str    # "tanh" or "relu", after every layer but the last
+    loss: str          # "mse" or "cross_entropy" (mean over the batch)
+    batch: int
+    lr: float
+
+
+TINY_MLP = MLPSpec((2, 16, 16, 1), "tanh", "mse", 32, 0.05)
+MNIST_MLP = MLPSpec((784, 128, 10), "relu", "cross_entropy", 64, 0.01)
+
+
+def mlp_init(spec, seed=0):
+    """``[(W, b), ...]`` float32, PyTorch's layout (W is out x in) and default init range."""
+    rng = np.random.default_rng(seed)
+    params = []
+    for fan_in, fan_out in zip(spec.sizes[:-1], spec.sizes[1:]):
+        bound = 1.0 / math.sqrt(fan_in)
+        params.append((rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
+                       rng.uniform(-bound, bound, fan_out).astype(np.float32)))
+    return params
+
+
+def mlp_batch(spec, seed=1):
+    """One fixed batch ``(x, y)``: float32 inputs; float32 targets (MSE) or int64 labels."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((spec.batch, spec.sizes[0])).astype(np.float32)
+    if spec.loss == "mse":
+        y = rng.standard_normal((spec.batch, spec.sizes[-1])).astype(np.float32)
+    else:
+        y = rng.integers(0, spec.sizes[-1], spec.batch).astype(np.int64)
+    return x, y
+
+
+def flat_params(params):
+    """``[(W, b), ...]`` -> ``[W1, b1, W2, b2, ...]`` (``Module.parameters()`` order)."""
+    return [array for layer in params for array in layer]
+
+
+def missing_module_api(lib):
+    """Why ``lib`` cannot run workload B yet (its ``nn``/``optim`` names), or None."""
+    try:
+        optim = importlib.import_module(f"{lib.tl.__name__}.optim")
+        nn = importlib.import_module(f"{lib.tl.__name__}.nn")
+    except ImportError:
+        return f"{lib.tl.__name__}.optim not available yet"
+    for module, names in ((nn, ("Sequential", "Linear", "Tanh", "ReLU", "MSELoss", "CrossEntropyLoss")),
+                          (optim, ("SGD",))):
+        for name in names:
+            if not hasattr(module, name):
+                return f"{module.__name__}.{name} not available yet"
+    return None
+
+
+class ModuleMLP:
+    """Workload B written with the module API; the same code for tapejit and torch.
+
+    ``step()`` is one training step as a user writes it: zero the gradients, forward,
+    loss, backward, ``optimizer.step()``.  It returns the loss tensor (not ``.item()``:
+    a training loop does not have to sync on the loss every step).
+    """
+
+    def __init__(self, lib, spec, params, x, y):
+        tl = lib.tl
+        nn = importlib.import_module(f"{tl.__name__}.nn")
+        optim = importlib.import_module(f"{tl.__name__}.optim")
+        layers = []
+        for i, (weight, bias) in enumerate(params):
+            linear = nn.Linear(weight.shape[1], weight.shape[0])
+            with tl.no_grad():    # start from the shared initial values
+                linear.weight.copy_(tl.from_numpy(weight.copy()))
+                linear.bias.copy_(tl.from_numpy(bias.copy()))
+            layers.append(linear)
+            if i < len(params) - 1:
+                layers.append(nn.Tanh() if spec.activation == "tanh" else nn.ReLU())
+        self.model = nn.Sequential(*layers)
+        self.loss_fn = nn.MSELoss() if spec.loss == "mse" else nn.CrossEntropyLoss()
+        self.optimizer = optim.SGD(self.model.parameters(), lr=spec.lr)
+        self.x = tl.from_numpy(x)
+        self.y = tl.from_numpy(y)
+
+    def step(self):
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self.model(self.x), self.y)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def loss_value(self, loss):
+        return float(loss.item())
+
+    def params(self):
+        return [p.detach().numpy().copy() for p in self.model.parameters()]
+
+
+def mlp_numpy_loss_and_grads(spec, params, x, y):
+    """Hand-written forward and backward of the MLP loss; ``(loss, [(gW, gb), ...])``.
+
+    float32 throughout (NumPy 2 keeps float32 with Python scalars).
+    """
+    activations = [x]                  # input of each layer
+    h = x
+    for i, (weight, bias) in enumerate(params):
+        h = h @ weight.T + bias
+        if i < len(params) - 1:
+            h = np.tanh(h) if spec.activation == "tanh" else np.maximum(h, 0)
+            activations.append(h)
+    if spec.loss == "mse":
+        diff = h - y
+        loss = np.mean(diff * diff)
+        d_out = diff * (2.0 / diff.size)
+    else:
+        shifted = h - h.max(axis=1, keepdims=True)
+        exp = np.exp(shifted)
+        total = exp.sum(axis=1, keepdims=True)
+        rows = np.arange(len(y))
+        loss = np.mean(np.log(total[:, 0]) - shifted[rows, y])
+        d_out = exp / total
+        d_out[rows, y] -= 1.0
+        d_out *= 1.0 / len(y)
+    grads = [None] * len(params)
+    for i in range(len(params) - 1, -1, -1):
+        weight = params[i][0]
+        grads[i] = (d_out.T @ activations[i], d_out.sum(axis=0))
+        if i > 0:
+            d_h = d_out @ weight
+            a = activations[i]
+            d_out = d_h * (1.0 - a * a) if spec.activation == "tanh" else d_h * (a > 0)
+    return float(loss), grads
+
+
+class NumpyMLP:
+    """Workload B with the hand-written gradient: the limit with no autograd at all."""
+
+    def __init__(self, spec, params, x, y):
+        self.spec, self.x, self.y = spec, x, y
+        self.layers = [(w.copy(), b.copy()) for w, b in params]
+
+    def step(self):
+        loss, grads = mlp_numpy_loss_and_grads(self.spec, self.layers, self.x, self.y)
+        lr = self.spec.lr
+        for (weight, bias), (g_weight, g_bias) in zip(self.layers, grads):
+            weight -= lr * g_weight     # in place, as optim.SGD does
+            bias -= lr * g_bias
+        return loss
+
+    def loss_value(self, loss):
+        return loss
+
+    def params(self):
+        return [a.copy() for a in flat_params(self.layers)]
+
+
+def mlp_trainer(lib, spec, params=None, batch=None):
+    """A trainer (``step()``, ``loss_value(loss)``, ``params()``) for peer ``lib``."""
+    params = mlp_init(spec) if params is None else params
+    x, y = mlp_batch(spec) if batch is None else batch
+    if lib.name in AUTOGRAD_PEERS:
+        return ModuleMLP(lib, spec, params, x, y)
+    if lib.name == "numpy":
+        return NumpyMLP(spec, params, x, y)
+    import peers_functional
+    return peers_functional.mlp_trainer(lib.name, spec, params, x, y)
+
+
+def assert_mlp_step_ok(trainer, spec, what):
+    """One step from ``mlp_init``: the loss and the parameter update equal the NumPy
+    analytic step's (float32: relative 1e-4, update entries near 0 within 1e-4 of the
+    largest update).  Checking the update checks the gradient and SGD's rule together."""
+    params = mlp_init(spec)
+    x, y = mlp_batch(spec)
+    ref_loss, ref_grads = mlp_numpy_loss_and_grads(spec, params, x, y)
+    before = trainer.params()
+    for got, want in zip(before, flat_params(params)):
+        np.testing.assert_array_equal(got, want, err_msg=f"{what}: initial parameters")
+    loss = trainer.loss_value(trainer.step())
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, err_msg=f"{what}: loss")
+    after = trainer.params()
+    assert len(after) == len(before), (what, len(after), len(before))
+    for k, (b, a, g) in enumerate(zip(before, after, flat_params(ref_grads))):
+        assert a.dtype == np.float32 and a.shape == b.shape, (what, k, a.dtype, a.shape)
+        want = -spec.lr * g
+        np.testing.assert_allclose(a - b, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                   err_msg=f"{what}: SGD update of parameter {k}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,15 +422,53 @@ def rosen_grad_autograd(lib):
     return grad
 
 
-def rosen_grad_fn(lib):
-    """The gradient function peer ``lib`` is timed on (all take and return NumPy)."""
+def rosen_grad_fn(lib, x):
+    """``(grad, arg)``: the gradient function peer ``lib`` is timed on, and its argument
+    for the point ``x`` (NumPy).  ``grad(arg)`` returns the gradient as an array.
+
+    The tensor-API peers take NumPy and return NumPy (``from_numpy`` shares memory);
+    JAX takes an array already on its device and returns one (no host copies timed).
+    """
     if lib.name in AUTOGRAD_PEERS:
-        return rosen_grad_autograd(lib)
+        return rosen_grad_autograd(lib), x
     if lib.name == "numpy":
-        return rosen_grad_numpy
+        return rosen_grad_numpy, x
     if lib.name == "scipy":
-        return lib.tl.rosen_der
-    raise ValueError(lib.name)
+        return lib.tl.rosen_der, x
+    import peers_functional
+    return peers_functional.rosen_grad_fn(lib.name, x)
+
+
+def rosen_forward_fn(lib):
+    """``x_np -> (x, loss)``: the forward pass only, with the value computed.
+
+    Tensor-API peers record the graph (``x`` requires grad) and read ``loss.item()``:
+    tapejit computes forward values lazily, and ``item()`` forces them.  NumPy
+    evaluates ``rosen`` on arrays.  With ``rosen_backward`` this gives the
+    backward/forward cost ratio.
+    """
+    if lib.name == "numpy":
+        return lambda x_np: (x_np, float(rosen(x_np)))
+    tl = lib.tl
+
+    def forward(x_np):
+        x = tl.from_numpy(x_np).requires_grad_()
+        loss = rosen(x)
+        loss.item()
+        return x, loss
+    return forward
+
+
+def rosen_backward(x, loss):
+    """The backward pass of a recorded ``rosen_forward_fn``; returns the gradient."""
+    loss.backward()
+    return x.grad
+
+
+def rosen_value(x):
+    """The reference value of ``rosen`` at ``x``, in Python floats summed by ``math.fsum``."""
+    a, b = x[:-1], x[1:]
+    return math.fsum(100.0 * (b - a * a) ** 2 + (1.0 - a) ** 2)
 
 
 def assert_rosen_grad_ok(grad, x, what):
@@ -224,15 +483,34 @@ def assert_rosen_grad_ok(grad, x, what):
 # ---------------------------------------------------------------------------------------
 # Start-up: import + first gradient in a fresh interpreter
 
-_STARTUP = """\
-import time
-t0 = time.perf_counter()
+#: per library: the import and a tiny float64 gradient of sum(x*x + exp(x)), as ``g``
+_STARTUP_BODY = {
+    "tensor": """\
 import {module} as tl
 x = tl.tensor([0.5, -1.0, 2.0], dtype=tl.float64, requires_grad=True)
 y = (x * x + x.exp()).sum()
 y.backward()
 g = [float(v) for v in x.grad.tolist()]
-t1 = time.perf_counter()
+""",
+    "jax": """\
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+g = jax.grad(lambda x: (x * x + jnp.exp(x)).sum())(jnp.array([0.5, -1.0, 2.0]))
+g = [float(v) for v in g]
+""",
+    "autograd": """\
+import autograd
+import autograd.numpy as anp
+g = autograd.grad(lambda x: (x * x + anp.exp(x)).sum())(anp.array([0.5, -1.0, 2.0]))
+g = [float(v) for v in g]
+""",
+}
+
+_STARTUP = """\
+import time
+t0 = time.perf_counter()
+{body}t1 = time.perf_counter()
 import math
 expected = [2 * v + math.exp(v) for v in (0.5, -1.0, 2.0)]
 assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in zip(g, expected)), (g, expected)
@@ -242,25 +520,5 @@ print("IN_PROCESS_S", t1 - t0)
 
 def startup_script(name):
     """Source of the start-up program for peer ``name`` (prints ``IN_PROCESS_S <s>``)."""
-    return _STARTUP.format(module=PEERS[name][0])
-
-
-# ---------------------------------------------------------------------------------------
-# groups and SPEC section 5 targets (reported by conftest's summary, never asserted)
-
-GROUP_A_EAGER = "A eager {n:,} ops (record + backward)"
-GROUP_A_BACKWARD = "A backward only, 10,000 ops"
-GROUP_A_RECORD = "A record only (forward), 10,000 ops"
-GROUP_C = "C Rosenbrock gradient n={n:,}"
-GROUP_STARTUP = "start-up: import + first gradient (warm cache)"
-GROUP_STARTUP_COLD = "start-up: import + first gradient (cold cache)"
-
-#: group -> (peer, kind, bound, text).  kind "speedup": peer_time / tapejit_time >= bound;
-#: "slowdown": tapejit_time / peer_time <= bound; "seconds": tapejit mean <= bound.
-TARGETS = {
-    GROUP_A_EAGER.format(n=10_000): ("torch", "speedup", 10.0, "SPEC: >= 10x faster than torch eager"),
-    GROUP_C.format(n=10): ("torch", "speedup", 10.0, "SPEC: >= 10x faster than torch eager"),
-    GROUP_C.format(n=1_000_000): ("numpy", "slowdown", 1.5, "SPEC: within 1.5x of NumPy analytic"),
-    GROUP_STARTUP: ("tapejit", "seconds", 1.0, "SPEC: < 1 s with a warm Numba cache"),
-    GROUP_STARTUP_COLD: ("tapejit", "seconds", 20.0, "SPEC: < 20 s with an empty Numba cache"),
-}
+    body = _STARTUP_BODY.get(name) or _STARTUP_BODY["tensor"].format(module=PEERS[name][0])
+    return _STARTUP.format(body=body)

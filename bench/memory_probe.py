@@ -1,0 +1,79 @@
+"""Peak memory of workload A or B in this process, for one library.  Run by
+``test_memory.py`` in a fresh interpreter per (library, workload):
+
+    python bench/memory_probe.py tapejit A
+
+and prints one JSON line.  Memory is the resident set: ``resource.getrusage``'s maximum
+RSS (the high-water mark, in kB on Linux) after the import, against the same after the
+workload.  The difference is what the workload costs beyond the imported library:
+compiled code loaded on first use, the recorded graphs, buffers, optimizer state.
+
+Before the measured part the workload's gradient is checked (A: the 200-op graph against
+the pure-Python reference; B: one step against the hand-written NumPy step), so a wrong
+answer never reports a memory figure.  ``after_check_mb`` is the high-water mark then.
+
+B also samples the current RSS after 10 % of its steps and at the end: ``rss_growth_mb``
+is the growth in between, which should be about 0 (SPEC: no growth over many steps).
+"""
+import json
+import os
+import resource
+import sys
+
+A_OPS = 10_000
+A_ITERATIONS = 3
+B_STEPS = 300
+
+
+def max_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mb():
+    try:
+        import psutil
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:   # Linux without psutil: statm's second field is resident pages
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main(name, workload):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workloads as W
+    lib = W.library(name)
+    if name == "torch":
+        lib.tl.set_num_threads(1)
+    baseline = max_rss_mb()
+    result = {"peer": name, "workload": workload, "baseline_mb": round(baseline, 2)}
+    if workload == "A":
+        W.assert_grads_close(W.scalar_graph_grads(lib), W.scalar_graph_reference(),
+                             f"{name}: workload A at {W.A_CHECK_OPS} ops")
+        after_check = max_rss_mb()
+        for _ in range(A_ITERATIONS):
+            W.scalar_graph_step(lib, A_OPS)
+        peak = max_rss_mb()
+        result["bytes_per_op"] = round((peak - after_check) * 2**20 / A_OPS)
+        result["n_ops"] = A_OPS
+    elif workload == "B":
+        spec = W.MNIST_MLP
+        W.assert_mlp_step_ok(W.mlp_trainer(lib, spec), spec, f"{name}: workload B step")
+        after_check = max_rss_mb()
+        trainer = W.mlp_trainer(lib, spec)
+        early = None
+        for step in range(B_STEPS):
+            trainer.step()
+            if step == B_STEPS // 10:
+                early = current_rss_mb()
+        result["rss_growth_mb"] = round(current_rss_mb() - early, 2)
+        result["steps"] = B_STEPS
+        peak = max_rss_mb()
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+    result.update(after_check_mb=round(after_check, 2), peak_mb=round(peak, 2),
+                  delta_mb=round(peak - baseline, 2))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,153 @@
+"""Benchmark group names and the SPEC.md section 5 targets, with the verdict logic.
+
+Shared by ``conftest.py`` (the summary after pytest-benchmark's table) and ``report.py``
+(the Markdown report from ``--benchmark-json``).  Pure Python on purpose: the report runs
+on a machine with none of the benchmarked libraries installed.
+
+A *group* is one pytest-benchmark group: every peer timed on the same workload, shown
+side by side.  A row's *peer* is its ``peer`` parameter (``tapejit``, ``torch``, ...).
+"""
+from typing import NamedTuple
+
+# ---------------------------------------------------------------------------------------
+# groups
+
+GROUP_A_EAGER = "A eager {n:,} ops (record + backward)"
+GROUP_A_BACKWARD = "A backward only, 10,000 ops"
+GROUP_A_RECORD = "A record only (forward), 10,000 ops"
+GROUP_A_SCALING = "A cost vs tape length (tapejit eager)"
+GROUP_B_TINY = "B tiny MLP step 2-16-16-1 (tanh, MSE, SGD, batch 32)"
+GROUP_B_MNIST = "B MLP step 784-128-10 (ReLU, cross-entropy, SGD, batch 64, float32)"
+GROUP_C = "C Rosenbrock gradient n={n:,}"
+GROUP_C_FORWARD = "C forward only n={n:,}"
+GROUP_C_BACKWARD = "C backward only n={n:,}"
+GROUP_JAX_COMPILE = "JAX compile (trace + lower + XLA compile, not in the run times)"
+GROUP_STARTUP = "start-up: import + first gradient (warm cache)"
+GROUP_STARTUP_COLD = "start-up: import + first gradient (cold cache)"
+GROUP_MEMORY_A = "memory: A 10,000 ops, peak RSS over baseline"
+GROUP_MEMORY_B = "memory: B MLP 784-128-10, 300 steps, peak RSS over baseline"
+
+#: groups whose figure of merit is ``extra_info["delta_mb"]`` (megabytes), not time
+MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
+
+
+# ---------------------------------------------------------------------------------------
+# targets
+
+class Target(NamedTuple):
+    """One SPEC section 5 promise about a group.
+
+    kind ``speedup``:  ``peer`` time / tapejit time >= ``bound``
+         ``slowdown``: tapejit time / ``peer`` time <= ``bound``
+         ``seconds``:  tapejit time <= ``bound``
+         ``phase``:    tapejit time in ``group`` / tapejit time in group ``peer`` <= ``bound``
+                       (the backward/forward cost ratio)
+    """
+    group: str
+    kind: str
+    peer: str
+    bound: float
+    text: str
+
+
+TARGETS = (
+    Target(GROUP_A_EAGER.format(n=10_000), "speedup", "torch", 10.0, ">= 10x faster than torch eager"),
+    Target(GROUP_A_BACKWARD, "phase", GROUP_A_RECORD, 2.0, "backward <= 2x forward"),
+    Target(GROUP_B_MNIST, "slowdown", "torch", 1.0, "no slower than torch eager"),
+    Target(GROUP_B_TINY, "speedup", "torch", 3.0, ">= 3x faster than torch eager"),
+    Target(GROUP_C.format(n=10), "speedup", "torch", 10.0, ">= 10x faster than torch eager"),
+    Target(GROUP_C.format(n=1_000_000), "slowdown", "numpy", 1.5,
+           "within 1.5x of the hand-written NumPy gradient"),
+    Target(GROUP_C_BACKWARD.format(n=10), "phase", GROUP_C_FORWARD.format(n=10), 2.0,
+           "backward <= 2x forward"),
+    Target(GROUP_C_BACKWARD.format(n=1_000_000), "phase", GROUP_C_FORWARD.format(n=1_000_000), 2.0,
+           "backward <= 2x forward"),
+    Target(GROUP_STARTUP, "seconds", "tapejit", 1.0, "< 1 s with a warm Numba cache"),
+    Target(GROUP_STARTUP_COLD, "seconds", "tapejit", 20.0, "< 20 s with an empty cache"),
+)
+
+
+class Verdict(NamedTuple):
+    target: Target
+    value: float | None   # the measured ratio (or seconds); None if a row is missing
+    met: bool | None      # None if a row is missing
+    detail: str           # e.g. "torch/tapejit = 4.5 (needs >= 10): missed by 2.2x"
+
+
+def evaluate(target, times):
+    """Verdict for ``target`` given ``times[group][peer]`` = seconds (one statistic)."""
+    mine = times.get(target.group, {}).get("tapejit")
+    if target.kind == "phase":
+        other = times.get(target.peer, {}).get("tapejit")
+        label = "backward/forward"
+    elif target.kind == "seconds":
+        other, label = 1.0, "tapejit seconds"
+    else:
+        other = times.get(target.group, {}).get(target.peer)
+        label = f"{target.peer}/tapejit" if target.kind == "speedup" else f"tapejit/{target.peer}"
+    if mine is None or other is None:
+        return Verdict(target, None, None, "not measured in this run")
+    if target.kind == "speedup":
+        value = other / mine
+        met = value >= target.bound
+        miss = target.bound / value
+        need = f">= {target.bound:g}"
+    else:  # slowdown, seconds, phase: tapejit's time over the other, at most the bound
+        value = mine / other
+        met = value <= target.bound
+        miss = value / target.bound
+        need = f"<= {target.bound:g}"
+    detail = f"{label} = {value:.3g} (needs {need})"
+    detail += ": met" if met else f": missed by {miss:.2f}x"
+    return Verdict(target, value, met, detail)
+
+
+def evaluate_all(times):
+    return [evaluate(t, times) for t in TARGETS]
+
+
+# ---------------------------------------------------------------------------------------
+# rows: one benchmark's result, from pytest-benchmark's objects or its JSON
+
+def row_label(params, keys=()):
+    """The peer (``tapejit``), followed by the parameters ``keys`` (``tapejit n_ops=100``)."""
+    peer = (params or {}).get("peer")
+    rest = " ".join(f"{k}={params[k]:,}" if isinstance(params[k], int) else f"{k}={params[k]}"
+                    for k in keys if k in params)
+    return " ".join(x for x in (peer, rest) if x) or "?"
+
+
+def labelled(rows):
+    """Rows ``(group, params, stats, extra_info)`` -> ``(group, label, stats, extra_info)``.
+
+    A label is the row's peer, plus any parameter that tells apart rows of the same peer
+    in the same group (the scaling group's ``n_ops``, the JAX compile group's
+    ``problem``); a parameter fixed within a group (``n_ops`` of "A eager 10,000 ops")
+    is already in the group's name.
+    """
+    by_peer = {}
+    for group, params, _, _ in rows:
+        by_peer.setdefault((group, params.get("peer")), []).append(params)
+    varying = {}
+    for key, plist in by_peer.items():
+        names = sorted({k for p in plist for k in p if k != "peer"})
+        varying[key] = [k for k in names if len({repr(p.get(k)) for p in plist}) > 1]
+    return [(group, row_label(params, varying[(group, params.get("peer"))]), stats, extra)
+            for group, params, stats, extra in rows]
+
+
+def figure(group, stats, extra_info, stat="median"):
+    """A row's figure of merit: megabytes for memory groups, else seconds (``stat``)."""
+    if group in MEMORY_GROUPS:
+        return (extra_info or {}).get("delta_mb")
+    return stats.get(stat)
+
+
+def table(rows, stat="median"):
+    """``{group: {label: figure}}`` from ``labelled`` rows, in the order first seen."""
+    out = {}
+    for group, label, stats, extra in rows:
+        value = figure(group, stats, extra, stat)
+        if value is not None:
+            out.setdefault(group, {})[label] = value
+    return out

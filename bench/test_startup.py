@@ -1,0 +1,67 @@
+"""Start-up: a fresh interpreter imports the library and takes its first gradient.
+
+SPEC.md section 5: ``import tapejit`` plus the first gradient in under 1 s with a warm
+cache, under 20 s with a cold one.  tapejit has two caches, and "cold" empties both:
+
+* the generated sweep modules (``tapejit/codegen.py`` writes ``sweep_<groups>.py`` into
+  ``tapejit/_sweeps/``, or into ``$TAPEJIT_CACHE_DIR`` when that is set), and
+* Numba's compiled code for them (``__pycache__`` beside each module, or
+  ``$NUMBA_CACHE_DIR`` when that is set).
+
+The cold child gets a new, empty directory for each, so it generates and compiles every
+sweep its first gradient uses.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import targets as T
+import workloads as W
+
+STARTUP_ROUNDS = 5
+STARTUP_PEERS = ("tapejit", "torch", "jax", "autograd")
+
+
+def _run_startup(name, env=None):
+    """Runs the start-up child; returns the import + gradient time it measured itself."""
+    proc = subprocess.run([sys.executable, "-c", W.startup_script(name)],
+                          check=False, capture_output=True, text=True, timeout=900, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(f"{name} start-up script failed ({proc.returncode}):\n{proc.stderr}")
+    match = re.search(r"IN_PROCESS_S (\S+)", proc.stdout)
+    assert match, proc.stdout
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("peer", STARTUP_PEERS, indirect=True)
+def test_startup(peer, benchmark):
+    """Wall time of ``python -c 'import X; <tiny float64 gradient>'`` with warm caches.
+
+    The first (untimed) run fills Numba's on-disk cache if needed, and the OS file cache.
+    ``extra_info["in_process_s"]`` is the import + gradient time measured inside the child
+    (without the interpreter's own start-up).  The child checks its gradient.
+    """
+    benchmark.group = T.GROUP_STARTUP
+    if not benchmark.disabled:
+        _run_startup(peer.name)        # warm: Numba cache, OS page cache
+    inner = []
+    benchmark.pedantic(lambda: inner.append(_run_startup(peer.name)),
+                       rounds=STARTUP_ROUNDS, iterations=1)
+    benchmark.extra_info["in_process_s"] = round(sum(inner) / len(inner), 4)
+
+
+@pytest.mark.parametrize("peer", ("tapejit",), indirect=True)
+def test_startup_cold(peer, benchmark, tmp_path):
+    """As ``test_startup`` with both of tapejit's caches empty (one round: it compiles)."""
+    benchmark.group = T.GROUP_STARTUP_COLD
+    numba_cache, sweep_dir = tmp_path / "numba-cache", tmp_path / "tapejit-sweeps"
+    numba_cache.mkdir()
+    sweep_dir.mkdir()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(numba_cache), TAPEJIT_CACHE_DIR=str(sweep_dir))
+    inner = benchmark.pedantic(_run_startup, args=(peer.name, env), rounds=1, iterations=1)
+    # the child really started cold: it generated its sweeps and Numba cached them here
+    assert list(sweep_dir.glob("sweep_*.py")), "no sweep was generated in TAPEJIT_CACHE_DIR"
+    assert list(numba_cache.rglob("*.nbi")), "Numba cached nothing in NUMBA_CACHE_DIR"
+    benchmark.extra_info["in_process_s"] = round(inner, 3)
