@@ -801,7 +801,10 @@ def test_nn_parameter_is_optimized():
     if Parameter is None:
         pytest.skip("tapejit.nn.Parameter does not exist yet")
     w = Parameter(tj.tensor([1.0, 2.0]))
-    opt = SGD([w], lr=0.5)
-    (w * w).sum().backward()
+    opt = Adam([w], lr=0.5)
+    w.grad = tj.tensor([2.0, -4.0])
+    version = w._version_counter
     opt.step()
-    assert w.tolist() == [0.0, 0.0] and isinstance(w, Parameter) and w.requires_grad
+    assert w.tolist() == pytest.approx([0.5, 2.5])  # Adam's first step moves by lr * sign(g)
+    assert isinstance(w, Parameter) and w.requires_grad and w.is_leaf
+    assert w._version_counter == version + 1

@@ -57,8 +57,7 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = None if closure is None else self._evaluate(closure)
         flat_of = self._flat
-        param_array = self._param_array
-        write_back = self._write_back
+        param_flat = self._param_flat
         state = self.state
         for group in self.param_groups:
             lr = float(group["lr"])
@@ -75,18 +74,17 @@ class Adam(Optimizer):
                 param_state = state[p]
                 if not param_state:
                     self._init_state(p, param_state, amsgrad)
-                param = param_array(p)
-                flat = flat_of(param)
+                flat = param_flat(p)
                 if amsgrad:
                     if "max_exp_avg_sq" not in param_state:  # amsgrad switched on later
                         param_state["max_exp_avg_sq"] = self._state_zeros(p)
                     max_exp_avg_sq = flat_of(param_state["max_exp_avg_sq"]._data)
                 else:
                     max_exp_avg_sq = flat  # not read by the kernel
-                _kernels.adam(flat, _grad_array(grad, param),
+                _kernels.adam(flat, _grad_array(grad, flat),
                               flat_of(param_state["exp_avg"]._data),
                               flat_of(param_state["exp_avg_sq"]._data), max_exp_avg_sq,
                               param_state["step"]._data, lr, beta1, beta2, eps, weight_decay,
                               decoupled, amsgrad, sign)
-                write_back(param, flat)
+        self._finish_step()
         return loss

@@ -55,7 +55,7 @@ def _typename(obj):
 def _grad_array(grad, like):
     """The gradient's value as a 1-D array of the parameter array's dtype (read only)."""
     array = grad._data if grad._tape is None else grad._value()
-    if array.dtype != like.dtype:
+    if array.dtype is not like.dtype and array.dtype != like.dtype:
         array = array.astype(like.dtype)
     return array if array.ndim == 1 else array.reshape(-1)
 
@@ -76,6 +76,7 @@ class Optimizer:
         self.state = defaultdict(dict)
         self.param_groups = []
         self._views = {}
+        self._copies = []
         param_groups = list(params)
         if not param_groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -176,7 +177,7 @@ class Optimizer:
 
         Cached by identity: the entry keeps ``array`` alive, so its id cannot be reused by
         another array while the entry exists.  An array with no 1-D view (a non-contiguous
-        parameter) gets a fresh copy that ``_write_back`` copies back after the update."""
+        parameter) gets a fresh copy, copied back by ``_finish_step``."""
         hit = self._views.get(id(array))
         if hit is not None and hit[0] is array:
             return hit[1]
@@ -185,24 +186,26 @@ class Optimizer:
         elif array.flags.c_contiguous:
             flat = array.reshape(-1)
         else:
-            return array.ravel()  # a copy, not cached: the caller writes it back
+            flat = array.ravel()
+            self._copies.append((array, flat))
+            return flat
         if len(self._views) > 4 * sum(len(g["params"]) for g in self.param_groups) + 64:
             self._views.clear()  # arrays replaced since (``p.data = ...``, loaded state)
         self._views[id(array)] = (array, flat)
         return flat
 
-    @staticmethod
-    def _write_back(param, flat):
-        """After a kernel updated ``flat``: copy it into ``param`` if it was not a view."""
-        if flat is not param and flat.base is None:
-            param[...] = flat.reshape(param.shape)
-
-    def _param_array(self, p):
-        """The parameter's array, after bumping its version once for this step's write."""
+    def _param_flat(self, p):
+        """The parameter's array as 1-D, after bumping its version once for this step's write."""
         if p._tape is not None:
             raise RuntimeError("can't optimize a non-leaf Tensor")
         note_leaf_write(p)
-        return p._data
+        return self._flat(p._data)
+
+    def _finish_step(self):
+        """Copy updates made on copies of non-contiguous arrays back into them."""
+        for array, flat in self._copies:
+            array[...] = flat.reshape(array.shape)
+        self._copies.clear()
 
     def _state_zeros(self, p):
         return _new_zeros(p._shape, dtype=p._dtype)
@@ -267,6 +270,7 @@ class Optimizer:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._views = {}
+        self._copies = []
         # A state saved before an option existed gets its default, as torch's __setstate__.
         for group in self.param_groups:
             for name, default in self.defaults.items():

@@ -41,8 +41,7 @@ class RMSprop(Optimizer):
     def step(self, closure=None):
         loss = None if closure is None else self._evaluate(closure)
         flat_of = self._flat
-        param_array = self._param_array
-        write_back = self._write_back
+        param_flat = self._param_flat
         state = self.state
         for group in self.param_groups:
             lr = float(group["lr"])
@@ -64,18 +63,17 @@ class RMSprop(Optimizer):
                         param_state["momentum_buffer"] = self._state_zeros(p)
                     if centered:
                         param_state["grad_avg"] = self._state_zeros(p)
-                param = param_array(p)
-                flat = flat_of(param)
+                flat = param_flat(p)
                 # Options switched on after the state was created start from zeros.
                 buf = (flat_of(_state_tensor(self, p, param_state, "momentum_buffer")._data)
                        if momentum > 0 else flat)
                 grad_avg = (flat_of(_state_tensor(self, p, param_state, "grad_avg")._data)
                             if centered else flat)
-                _kernels.rmsprop(flat, _grad_array(grad, param),
+                _kernels.rmsprop(flat, _grad_array(grad, flat),
                                  flat_of(param_state["square_avg"]._data), grad_avg, buf,
                                  param_state["step"]._data, lr, alpha, eps, weight_decay,
                                  momentum, centered, sign)
-                write_back(param, flat)
+        self._finish_step()
         return loss
 
 

@@ -38,8 +38,7 @@ class SGD(Optimizer):
     def step(self, closure=None):
         loss = None if closure is None else self._evaluate(closure)
         flat_of = self._flat
-        param_array = self._param_array
-        write_back = self._write_back
+        param_flat = self._param_flat
         for group in self.param_groups:
             lr = float(group["lr"])
             momentum = float(group["momentum"])
@@ -50,10 +49,8 @@ class SGD(Optimizer):
                     grad = getattr(p, "_grad", None)
                     if grad is None:
                         continue
-                    param = param_array(p)
-                    flat = flat_of(param)
-                    _kernels.sgd_plain(flat, _grad_array(grad, param), lr, weight_decay, sign)
-                    write_back(param, flat)
+                    flat = param_flat(p)
+                    _kernels.sgd_plain(flat, _grad_array(grad, flat), lr, weight_decay, sign)
                 continue
             dampening = float(group["dampening"])
             nesterov = bool(group["nesterov"])
@@ -67,9 +64,8 @@ class SGD(Optimizer):
                 first = buf is None
                 if first:
                     buf = param_state["momentum_buffer"] = self._state_zeros(p)
-                param = param_array(p)
-                flat = flat_of(param)
-                _kernels.sgd_momentum(flat, _grad_array(grad, param), flat_of(buf._data), first,
+                flat = param_flat(p)
+                _kernels.sgd_momentum(flat, _grad_array(grad, flat), flat_of(buf._data), first,
                                       lr, momentum, dampening, weight_decay, nesterov, sign)
-                write_back(param, flat)
+        self._finish_step()
         return loss
