@@ -57,6 +57,10 @@ def _seeds(outputs, grads, create_graph):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
+    if (grad_tensors is None and inputs is None and not retain_graph and not create_graph
+            and type(tensors) is list and len(tensors) == 1 and _plain_scalar_root(tensors[0])):
+        _backward_scalar(tensors[0])
+        return
     seeds = _seeds(tensors, grad_tensors, create_graph)
     only = None
     if inputs is not None:
@@ -84,6 +88,53 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                     "Set allow_unused=True if this is the desired behavior.")
         result.append(None if g is None else _concrete(g))
     return tuple(result)
+
+
+def _plain_scalar_root(root):
+    """``loss.backward()`` in its most common form: a scalar on this thread's tape, one
+    float dtype, nothing for Python to do mid-sweep."""
+    tape = root._tape
+    return (tape is not None and tape is state.tape and root._rg and root._numel == 1
+            and not (tape.hooks or tape.retained or tape.functions or state.anomaly)
+            and not (tape.cursor[0] and tape.cursor[1]))
+
+
+def _backward_scalar(root):
+    """What ``_run`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks,
+    several roots and targets: this fixed cost is paid on every training step."""
+    tape = root._tape
+    tape.flush()
+    tape.ensure_adjoints()
+    d = root._dtype.arena
+    off = root._off
+    flags, adj = tape.flags[d], tape.adj[d]
+    if flags[off]:
+        adj[off] += 1.0
+    else:
+        adj[off] = 1.0
+        flags[off] = 1
+    sw = sweeps(tape.groups)
+    try:
+        _check(tape, sw.backward(tape.rec, 0, tape.nrec, tape.vals[d], adj, flags, tape.freed,
+                                 tape.ints, tape.floats[d], False))
+    except BaseException:
+        flags[:] = 0
+        raise
+    older = []
+    sources = tape.sources
+    for index, _, loff in tape.grad_loads:
+        if not flags[loff]:
+            continue
+        flags[loff] = 0
+        src = sources[index]
+        g = adj[loff:loff + src._numel]
+        if src._tape is None:
+            _deliver_leaf(src, g.reshape(src._shape), None, None, True)
+        else:
+            older.append((src, g.copy()))
+    retire_current()
+    if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
+        _run(older, False, None, True)
 
 
 class _Work:

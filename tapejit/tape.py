@@ -107,7 +107,8 @@ class Tape:
         self.groups = 0
         _serial[0] += 1
         self.serial = _serial[0]
-        self.thread = threading.get_ident()
+        if getattr(self, "thread", None) is None:   # a reused tape stays in its thread's pool
+            self.thread = threading.get_ident()
 
     # ---- recording helpers ---------------------------------------------------------------
 

@@ -312,6 +312,14 @@ return_types = _namedtuple("return_types", ["values", "indices"])
 
 
 def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
+    if dim is None and dtype is None and not keepdim and x._rg and _state.grad and x._dtype.is_floating_point:
+        # The common loss reduction, recorded without building a layout: all elements in
+        # order into one output is the 1-D layout [ndim 1, one output, n elements, stride 0].
+        n = x._numel
+        tape = _state.tape or _current()
+        p = tape.add_ints((1, 1, n, 0))
+        q = tape.add_floats((1.0 / n if n else float("nan")) if scale_by_count else 1.0)
+        return record(op, (x,), (), x._dtype, p, q)
     if dtype is not None:
         x = x.to(dtype)
     dims = reduced_dims(dim, len(x._shape), op.name)
