@@ -95,7 +95,7 @@ def _fmt(value, group):
 
 
 #: extra_info keys worth a line under the group
-_NOTES = ("records", "ns_per_record", "us_per_op", "in_process_s", "baseline_mb", "peak_mb",
+_NOTES = ("records", "ns_per_record", "us_per_op", "in_process_s", "workload_mb", "baseline_mb", "peak_mb",
           "bytes_per_op", "rss_growth_mb")
 
 

@@ -33,7 +33,7 @@ PEER_NOTES = {
 }
 #: extra_info keys shown next to a row in the table of other groups
 NOTE_KEYS = ("us_per_op", "per_op_vs_1000_ops", "ns_per_record", "records", "in_process_s",
-             "bytes_per_op", "rss_growth_mb", "baseline_mb", "peak_mb")
+             "bytes_per_op", "rss_growth_mb", "workload_mb", "baseline_mb", "peak_mb")
 
 
 def load(path):

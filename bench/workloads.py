@@ -36,7 +36,7 @@ PEERS = {
     "tapejit": ("tapejit", "pip install -e ."),
     "torch": ("torch", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
     "jax": ("jax", "pip install jax"),
-    "autograd": ("autograd", "pip install autograd (HIPS autograd)"),
+    "autograd": ("autograd", "HIPS autograd: pip install autograd"),
     "numpy": ("numpy", "pip install numpy"),
     "scipy": ("scipy.optimize", "pip install scipy"),
     # the hand-written reverse sweep of workload A, in plain Python floats
