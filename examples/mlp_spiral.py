@@ -42,9 +42,8 @@ class MLP(nn.Module):
         return self.out(x)   # logits: CrossEntropyLoss applies log-softmax itself
 
 
-def train(torch, nn, optim, epochs=300, lr=1e-2, seed=0, log_every=50):
-    """Train on the spiral for ``epochs`` full-batch Adam steps with library ``torch``
-    (``nn``/``optim`` its submodules, so the same code runs on PyTorch); returns the
+def train(epochs=300, lr=1e-2, seed=0, log_every=50):
+    """Train on the spiral for ``epochs`` full-batch Adam steps; returns the
     ``(loss, accuracy)`` of every epoch."""
     torch.manual_seed(seed)
     features, labels = make_spiral(seed=seed)
@@ -69,5 +68,5 @@ def train(torch, nn, optim, epochs=300, lr=1e-2, seed=0, log_every=50):
 
 if __name__ == "__main__":
     start = time.perf_counter()
-    history = train(torch, nn, optim)
+    history = train()
     print(f"final training accuracy {history[-1][1]:.1%} in {time.perf_counter() - start:.1f} s")
