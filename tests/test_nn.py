@@ -364,6 +364,17 @@ def test_loss_weights_are_buffers():
     assert list(nn.MSELoss().state_dict()) == []
 
 
+def test_deepcopy_and_pickle_keep_registrations():
+    net = Net()
+    x = tj.randn(3, 3)
+    for clone in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        assert clone.first.fc.weight is clone.first._modules["fc"]._parameters["weight"]
+        assert clone.shared is clone.first.fc                # sharing survives the copy
+        assert clone.first.fc.weight is not net.first.fc.weight
+        assert [n for n, _ in clone.named_parameters()] == NET_PARAMETERS
+        np.testing.assert_array_equal(value(clone(x)), value(net(x)))
+
+
 # ---- dtype conversion ---------------------------------------------------------------------------
 
 def test_double_and_float_convert_in_place():

@@ -16,7 +16,7 @@ from tapejit.nn.losses import (
     nll_loss,
 )
 from tapejit.ops.activation import log_softmax, softmax
-from tapejit.ops.linalg import matmul as _matmul
+from tapejit.ops.linalg import linear as _linear
 from tapejit.ops.movement import where as _where
 from tapejit.ops.unary import gelu, leaky_relu, sigmoid, softplus, tanh
 from tapejit.ops.unary import relu as _relu
@@ -36,22 +36,9 @@ def relu(input, inplace=False):
 
 
 def linear(input, weight, bias=None):
-    """``input @ weight.T + bias`` (grad_fns TBackward0, MmBackward0, AddBackward0)."""
-    xs, ws = input._shape, weight._shape
-    if len(ws) == 2 and (not xs or xs[-1] != ws[1]):
-        if not xs:
-            raise RuntimeError("linear: both arguments need to be at least 1D, but they are 0D and 2D")
-        rows = 1
-        for s in xs[:-1]:
-            rows *= s
-        raise RuntimeError(
-            f"mat1 and mat2 shapes cannot be multiplied ({rows}x{xs[-1]} and {ws[1]}x{ws[0]})")
-    out = _matmul(input, weight.t())
-    if bias is None:
-        return out
-    # Bias first: when it is a Parameter this is Tensor.__add__ with a plain Tensor, the
-    # operator's fast path (out + bias would go through Parameter.__radd__ first).
-    return bias + out
+    """``input @ weight.T + bias`` as one record (grad_fn ``AddmmBackward0``, or
+    ``MmBackward0`` without a bias, as torch for 2-D input)."""
+    return _linear(input, weight, bias)
 
 
 def dropout(input, p=0.5, training=True, inplace=False):

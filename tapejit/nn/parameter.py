@@ -5,6 +5,7 @@ plain ``Tensor``s, as in torch.
 """
 import numpy as np
 
+from tapejit.inplace import note_leaf_write
 from tapejit.ops import binary as _binary
 from tapejit.recording import as_tensor_operand, record_binary
 from tapejit.tensor import Tensor, _concrete
@@ -24,19 +25,22 @@ def _leaf_array(data):
     return np.array(data._value())
 
 
-def _fill(target, array, requires_grad):
+def _hold(tensor, array):
+    """Make ``tensor`` a leaf holding ``array`` (C-ordered, of a tapejit dtype)."""
     source = _concrete(array)
-    target._tape = None
-    target._off = 0
-    target._data = source._data
-    target._shape = source._shape
-    target._numel = source._numel
-    target._dtype = source._dtype
-    target._rg = False
-    if requires_grad:
-        if not target._dtype.is_floating_point:
-            raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
-        target._rg = True
+    tensor._tape = None
+    tensor._off = 0
+    tensor._data = source._data
+    tensor._shape = source._shape
+    tensor._numel = source._numel
+    tensor._dtype = source._dtype
+
+
+def _fill(target, array, requires_grad):
+    _hold(target, array)
+    if requires_grad and not target._dtype.is_floating_point:
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    target._rg = bool(requires_grad)
     return target
 
 
@@ -109,12 +113,7 @@ def set_leaf_value(tensor, array):
     object: ``Module.to(dtype)`` converts parameters in place as torch does, so an
     optimizer built earlier still holds them.  The version bump marks the old value as
     changed for any graph that saved it."""
-    from tapejit.inplace import note_leaf_write
     if tensor._tape is not None:
         raise RuntimeError("set_leaf_value: expected a leaf tensor")
     note_leaf_write(tensor)
-    source = _concrete(np.asarray(array, order="C"))  # (ascontiguousarray would make 0-d arrays 1-d)
-    tensor._data = source._data
-    tensor._shape = source._shape
-    tensor._numel = source._numel
-    tensor._dtype = source._dtype
+    _hold(tensor, np.asarray(array, order="C"))  # (ascontiguousarray would make 0-d arrays 1-d)
