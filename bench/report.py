@@ -144,7 +144,7 @@ def header_lines(data):
     versions = machine.get("bench_versions", {})
     threads = machine.get("bench_threads", {})
     lines = [f"- **Date:** {data.get('datetime', '?')} (pytest-benchmark {data.get('version', '?')})"]
-    if commit.get("id"):
+    if commit.get("id") and commit.get("time"):    # run outside git: id "unversioned", no time
         dirty = " with uncommitted changes" if commit.get("dirty") else ""
         lines.append(f"- **Commit:** {commit['id'][:10]} on {commit.get('branch', '?')}{dirty}")
     cpus = machine.get("bench_cpu_count") or cpu.get("count", "?")
@@ -191,7 +191,7 @@ def chart(data, path):
     peers = [p for p in peer_columns(groups) if p != "tapejit"]
     labels = list(groups)
     height = 0.8 / max(1, len(peers))
-    fig, ax = plt.subplots(figsize=(11, 0.55 * len(labels) * max(1, len(peers)) ** 0.5 + 1.8))
+    fig, ax = plt.subplots(figsize=(11, 0.3 * len(labels) * max(1, len(peers)) ** 0.5 + 1.8))
     for i, peer in enumerate(peers):
         ys, ratios = [], []
         for j, group in enumerate(labels):
@@ -199,7 +199,12 @@ def chart(data, path):
             if value is not None and groups[group]["tapejit"]:
                 ys.append(j + (i - (len(peers) - 1) / 2) * height)
                 ratios.append(value / groups[group]["tapejit"])
-        ax.barh(ys, ratios, height=height, label=peer)
+        # each bar runs from 1 (tapejit) to the ratio: right means tapejit is ahead
+        ax.barh(ys, [abs(r - 1.0) for r in ratios], left=[min(r, 1.0) for r in ratios],
+                height=height, label=peer)
+        for y, r in zip(ys, ratios):
+            ax.text(r, y, f" {fmt_ratio(r)} " if r >= 1 else f"{fmt_ratio(r)} ", va="center",
+                    ha="left" if r >= 1 else "right", fontsize=6)
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_yticks(range(len(labels)))
