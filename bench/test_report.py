@@ -24,7 +24,8 @@ def synthetic(tmp_path):
                          "system": "Linux", "release": "6.0", "bench_cpu_count": 2,
                          "bench_versions": {"tapejit": "0.1.0", "torch": "2.13.0", "jax": "not installed"},
                          "bench_threads": {"OMP_NUM_THREADS": "1"}},
-        "commit_info": {"id": "0123456789abcdef", "branch": "main", "dirty": False},
+        "commit_info": {"id": "0123456789abcdef", "branch": "main", "dirty": False,
+                        "time": "2026-01-02T03:00:00"},
         "benchmarks": [
             _bench(a10k, {"peer": "tapejit", "n_ops": 10_000}, 0.100),
             _bench(a10k, {"peer": "torch", "n_ops": 10_000}, 0.500),
