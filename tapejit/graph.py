@@ -43,6 +43,8 @@ class Node:
             k = int(tape.ints[p])
             encs = [int(tape.ints[p + 2 + 2 * j]) for j in range(k)]
             return [(arena, e) for e in encs]
+        if op.name == "linear":   # bias listed in ints; torch's addmm order: (bias, input, weight)
+            return [(arena, int(tape.ints[p + 4])), (arena, a), (arena, b)]
         if op.kind == "cast":
             return [(1 - arena, a)]
         return [(arena, e) for e in (a, b)[:op.operands]]

@@ -78,6 +78,8 @@ LAST_OP = {
     "mm-mv": "mv",
     "mm-dot": "dot",
     "bmm-matmul_3d2d": "mm",           # (B, m, k) @ (k, n) folds the batch into one mm
+    "linear-linear_3d": "reshape",     # the 2-D product viewed back to the batch shape
+    "linear-linear_vec": "reshape",
 }
 
 # Cases where PyTorch's last autograd node is an artefact of how PyTorch decomposes the call

@@ -7,6 +7,7 @@ so the kernel sees contiguous ``(B, m, k) @ (B, k, n)`` with ``[B, m, k, n]`` at
 import numpy as np
 
 from tapejit._jit import kernel
+from tapejit.ops._kernel_helpers import acc, claim, decode
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere
 
@@ -65,10 +66,77 @@ BMM = same_kernels("bmm", "BmmBackward0", MM,
                                  ("matmul_2d3d", lambda tj, x, y: x @ y, [(3, 4), (2, 4, 5)], anywhere)))
 
 
+# ---- linear: x @ W.T + b in one record -------------------------------------------------
+# ``nn.Linear``'s weight is (out, in): reading it transposed inside the kernel (np.dot with
+# an F-ordered view) saves the transposed copy, its record and its backward; the bias row
+# is added in the same pass and its gradient is the column sums.  Layout at ints[p]:
+# [m, k, n, has_bias, bias operand (encoded like a and b)].
+
+@kernel
+def linear_forward(v, out, a, b, p, q, ints, floats):
+    m = ints[p]
+    k = ints[p + 1]
+    n = ints[p + 2]
+    X = v[a:a + m * k].reshape((m, k))
+    W = v[b:b + n * k].reshape((n, k))
+    O = v[out:out + m * n].reshape((m, n))
+    O[:, :] = np.dot(X, W.T)
+    if ints[p + 3] != 0:
+        bias = decode(ints[p + 4])
+        for i in range(m):
+            for j in range(n):
+                O[i, j] += v[bias + j]
+
+
+@kernel
+def linear_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    m = ints[p]
+    k = ints[p + 1]
+    n = ints[p + 2]
+    G = g[out:out + m * n].reshape((m, n))
+    if ma != 0:
+        dX = np.dot(G, v[b:b + n * k].reshape((n, k)))
+        GX = g[a:a + m * k].reshape((m, k))
+        if ma == 1:
+            GX[:, :] = dX
+        else:
+            GX += dX
+    if mb != 0:
+        dW = np.dot(np.ascontiguousarray(G.T), v[a:a + m * k].reshape((m, k)))
+        GW = g[b:b + n * k].reshape((n, k))
+        if mb == 1:
+            GW[:, :] = dW
+        else:
+            GW += dW
+    if ints[p + 3] != 0:
+        enc = ints[p + 4]
+        mode = claim(flags, enc)
+        if mode != 0:
+            bias = decode(enc)
+            for j in range(n):
+                s = G[0, j] * 0.0
+                for i in range(m):
+                    s += G[i, j]
+                acc(g, bias + j, s, mode)
+
+
+def _linear_sample(tj, x, w, b):
+    return tj.nn.functional.linear(x, w, b)
+
+
+LINEAR = define_kernel("linear", "AddmmBackward0", linear_forward, linear_backward,
+                       samples=cases(("linear", _linear_sample, [(4, 3), (2, 3), (2,)], anywhere),
+                                     ("linear_3d", _linear_sample, [(2, 4, 3), (5, 3), (5,)], anywhere),
+                                     ("linear_vec", _linear_sample, [(3,), (2, 3), (2,)], anywhere)))
+LINEAR_NO_BIAS = same_kernels(
+    "linear_no_bias", "MmBackward0", LINEAR,
+    samples=cases(("linear_no_bias", lambda tj, x, w: tj.nn.functional.linear(x, w), [(4, 3), (2, 3)], anywhere)))
+
+
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
-from tapejit.recording import on_tape, eager  # noqa: E402
+from tapejit.recording import on_tape, eager, encode_operand  # noqa: E402
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -206,3 +274,35 @@ def outer(input, vec2):
 
 
 export(outer, name="ger", method=True)
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias`` as one record (``nn.functional.linear``): grad_fn
+    ``AddmmBackward0`` with a bias, ``MmBackward0`` without, as torch for 2-D input."""
+    xs, ws = input._shape, weight._shape
+    if len(ws) != 2 or not xs:
+        raise RuntimeError(
+            f"linear: expected a 2-D weight and an input of at least 1-D, got weight "
+            f"{list(ws)} and input {list(xs)}")
+    n, k = ws
+    m = _numel(xs[:-1])
+    if xs[-1] != k:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{xs[-1]} and {k}x{n})")
+    dt = input._dtype
+    plain = (dt.is_floating_point and weight._dtype is dt
+             and (bias is None or (bias._dtype is dt and bias._shape == (n,))))
+    if not plain:   # mixed dtypes or a broadcast bias: the general ops promote and broadcast
+        out = matmul(input, weight.t())
+        return out if bias is None else out + bias
+    inputs = (input, weight) if bias is None else (input, weight, bias)
+    if not on_tape(*inputs):
+        return eager(linear, input, weight, bias)
+    tape = _state.tape or _current()
+    if bias is None:
+        p = tape.add_ints((m, k, n, 0, -1))
+        out = record(LINEAR_NO_BIAS, (input, weight), (m, n), dt, p, 0)
+    else:
+        p = tape.add_ints((m, k, n, 1, encode_operand(tape, bias, dt)))
+        out = record(LINEAR, (input, weight), (m, n), dt, p, 0, listed_rg=bias._rg and _state.grad)
+    # Other input ranks: torch views the 2-D product back to the batch shape (ViewBackward0).
+    return out if len(xs) == 2 else out.reshape(xs[:-1] + (n,))
