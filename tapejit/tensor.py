@@ -207,7 +207,6 @@ class Tensor:
         self._data = arr.astype(self._dtype.np, copy=False)
         self._shape = self._data.shape
         self._numel = self._data.size
-        self._version = getattr(self, "_version", 0) + 1
 
     # ---- autograd attributes ---------------------------------------------------------------
 
