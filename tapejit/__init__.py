@@ -18,6 +18,7 @@ from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_e
 from tapejit import autograd, nn, optim  # noqa: F401
 from tapejit.functional import grad, value_and_grad  # noqa: F401
 from tapejit import viz  # noqa: F401
+from tapejit.threads import set_num_threads, get_num_threads  # noqa: F401
 from tapejit.tape import Tape  # noqa: F401
 
 _install(globals(), Tensor)
@@ -32,14 +33,6 @@ def is_tensor(obj):
 
 def numel(input):
     return input.numel()
-
-
-def set_num_threads(n):
-    """Accepted for PyTorch compatibility; tapejit's sweeps are single-threaded."""
-
-
-def get_num_threads():
-    return 1
 
 
 def is_floating_point(input):

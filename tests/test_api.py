@@ -659,3 +659,20 @@ def test_reflected_operators_with_scalars_and_numpy():
     assert isinstance(n * x, tj.Tensor) and (n * x).requires_grad
     (n * x + 2 / x).sum().backward()
     np.testing.assert_allclose(val(x.grad), [3.0 - 2.0, 4.0 - 0.5])
+
+
+# ---- threads --------------------------------------------------------------------------------
+
+def test_set_num_threads_controls_blas_and_rejects_bad_values():
+    before = tj.get_num_threads()
+    try:
+        tj.set_num_threads(1)
+        assert tj.get_num_threads() == 1
+        a = np.arange(6.0).reshape(2, 3)
+        x = tj.tensor(a)
+        np.testing.assert_array_equal(val(x @ x.T), a @ a.T)
+    finally:
+        tj.set_num_threads(before)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(RuntimeError, match="set_num_threads expects a positive integer"):
+            tj.set_num_threads(bad)
