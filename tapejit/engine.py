@@ -99,9 +99,11 @@ def _plain_scalar_root(root):
             and not (tape.cursor[0] and tape.cursor[1]))
 
 
-def _backward_scalar(root):
-    """What ``_run`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks,
-    several roots and targets: this fixed cost is paid on every training step."""
+def _backward_scalar(root, leaves=None):
+    """What ``_run`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks and
+    several roots: this fixed cost is paid on every training step.  With ``leaves`` (leaf
+    tensors), returns their gradients (None where unused) and leaves ``.grad`` alone, as
+    ``autograd.grad`` does."""
     tape = root._tape
     tape.flush()
     tape.ensure_adjoints()
@@ -122,19 +124,29 @@ def _backward_scalar(root):
         raise
     older = []
     sources = tape.sources
+    wanted = None if leaves is None else {id(t): i for i, t in enumerate(leaves)}
+    found = None if leaves is None else [None] * len(leaves)
     for index, _, loff in tape.grad_loads:
         if not flags[loff]:
             continue
         flags[loff] = 0
         src = sources[index]
         g = adj[loff:loff + src._numel]
-        if src._tape is None:
-            _deliver_leaf(src, g.reshape(src._shape), None, None, True)
-        else:
+        if src._tape is not None:
             older.append((src, g.copy()))
+        elif wanted is not None:
+            i = wanted.get(id(src))
+            if i is not None:
+                found[i] = g.reshape(src._shape).copy()
+        else:
+            _deliver_leaf(src, g.reshape(src._shape), None, None, True)
     retire_current()
     if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
-        _run(older, False, None, True)
+        more = _run(older, False, leaves, leaves is None)
+        for i, g in enumerate(more):
+            if g is not None:
+                found[i] = g if found[i] is None else found[i] + g
+    return found
 
 
 class _Work:

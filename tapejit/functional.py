@@ -71,7 +71,10 @@ def _differentiate(fun, argnums, has_aux, name):
         out = _scalar_output(out, name)
         if isinstance(out, Tensor) and out._rg:
             value = out.item()
-            found = engine.grad([out], leaves, allow_unused=True)
+            if engine._plain_scalar_root(out):   # the usual case, without autograd.grad's bookkeeping
+                found = [None if g is None else _concrete(g) for g in engine._backward_scalar(out, leaves)]
+            else:
+                found = engine.grad([out], leaves, allow_unused=True)
         else:
             found = [None] * len(leaves)
             value = float(np.asarray(out._value() if isinstance(out, Tensor) else out).reshape(-1)[0])
