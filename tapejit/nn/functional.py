@@ -1,7 +1,8 @@
 """``tapejit.nn.functional``: layers and losses as functions, with PyTorch's names.
 
 Everything here is composed from the core's differentiable ops (no opcodes of its own),
-choosing compositions that add few records to the tape.  The losses live in
+choosing compositions that add few records to the tape (``linear`` is the core's fused
+record, AddmmBackward0 as torch).  The losses live in
 ``tapejit.nn.losses`` and are re-exported here.
 """
 import numpy as np
@@ -16,7 +17,7 @@ from tapejit.nn.losses import (
     nll_loss,
 )
 from tapejit.ops.activation import log_softmax, softmax
-from tapejit.ops.linalg import linear as _linear
+from tapejit.ops.linalg import linear
 from tapejit.ops.movement import where as _where
 from tapejit.ops.unary import gelu, leaky_relu, sigmoid, softplus, tanh
 from tapejit.ops.unary import relu as _relu
@@ -33,12 +34,6 @@ def relu(input, inplace=False):
         from tapejit.inplace import apply_inplace
         return apply_inplace(input, lambda: _relu(input), "relu_")
     return _relu(input)
-
-
-def linear(input, weight, bias=None):
-    """``input @ weight.T + bias`` as one record (grad_fn ``AddmmBackward0``, or
-    ``MmBackward0`` without a bias, as torch for 2-D input)."""
-    return _linear(input, weight, bias)
 
 
 def dropout(input, p=0.5, training=True, inplace=False):

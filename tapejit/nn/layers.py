@@ -9,6 +9,7 @@ from tapejit.nn import functional as F
 from tapejit.nn import init
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
+from tapejit.ops.linalg import linear
 from tapejit.ops.unary import relu, sigmoid, tanh
 
 
@@ -49,7 +50,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
-        return F.linear(input, self.weight, self.bias)
+        return linear(input, self.weight, self.bias)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
