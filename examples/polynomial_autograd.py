@@ -8,9 +8,8 @@ https://pytorch.org/tutorials/beginner/examples_autograd/polynomial_autograd.htm
 tutorial's are marked "# (not in the tutorial)"; they only wrap the script in a function
 so a test can run the same code with real PyTorch and compare the losses.
 
-The tutorial's device selection (``device = "cuda" if torch.cuda.is_available() else
-"cpu"`` and ``torch.set_default_device(device)``) is left out: tapejit is CPU-only and has
-neither ``torch.cuda`` nor ``torch.set_default_device``.
+The tutorial's device selection runs as written: tapejit is CPU-only and says so
+(``torch.cuda.is_available()`` is False), so it picks "cpu".
 
 Run: python examples/polynomial_autograd.py
 """
@@ -25,6 +24,8 @@ def train(torch, steps=2000, initial_coefficients=None):  # (not in the tutorial
     random start, so two libraries can start from the same point."""
     losses = []  # (not in the tutorial)
     dtype = torch.float
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_default_device(device)
 
     # Create Tensors to hold input and outputs.
     # By default, requires_grad=False, which indicates that we do not need to

@@ -6,6 +6,7 @@ import numbers
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.device import check as _check_device
 from tapejit.tensor import Tensor, _concrete
 
 _rng = [np.random.default_rng()]
@@ -78,10 +79,12 @@ def _leaf(arr, requires_grad):
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    _check_device(device)
     return _leaf(_to_array(data, dtype), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
+    _check_device(device)
     if isinstance(data, Tensor) and (dtype is None or dtypes.as_dtype(dtype) is data._dtype):
         return data
     if isinstance(data, np.ndarray) and data.dtype in (np.float64, np.float32, np.int64, np.bool_) \
@@ -116,18 +119,22 @@ def _float_dtype(dtype):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None):
+    _check_device(device)
     return _leaf(np.zeros(_shape_arg(size), _float_dtype(dtype).np), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, out=None):
+    _check_device(device)
     return _leaf(np.ones(_shape_arg(size), _float_dtype(dtype).np), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, out=None):
+    _check_device(device)
     return _leaf(np.zeros(_shape_arg(size), _float_dtype(dtype).np), requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     if dtype is None:
         if isinstance(fill_value, builtins.bool):
             dtype = dtypes.bool_
@@ -141,22 +148,27 @@ def _like(t, dtype):
 
 
 def zeros_like(input, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     return _leaf(np.zeros(input._shape, _like(input, dtype).np), requires_grad)
 
 
 def ones_like(input, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     return _leaf(np.ones(input._shape, _like(input, dtype).np), requires_grad)
 
 
 def empty_like(input, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     return zeros_like(input, dtype, requires_grad=requires_grad)
 
 
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     return _leaf(np.full(input._shape, fill_value, _like(input, dtype).np), requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     if end is None:
         start, end = 0, start
     args = (start, end, step)
@@ -168,11 +180,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     dt = _float_dtype(dtype)
     return _leaf(np.linspace(start, end, steps, dtype=np.float64).astype(dt.np), requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     return _leaf(np.eye(n, m, dtype=_float_dtype(dtype).np), requires_grad)
 
 
@@ -186,22 +200,26 @@ def rng():
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    _check_device(device)
     dt = _float_dtype(dtype)
     return _leaf(_rng[0].random(_shape_arg(size)).astype(dt.np), requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    _check_device(device)
     dt = _float_dtype(dtype)
     return _leaf(_rng[0].standard_normal(_shape_arg(size)).astype(dt.np), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False):
+    _check_device(device)
     if high is None:
         low, high = 0, low
     return _leaf(_rng[0].integers(low, high, size=tuple(size)).astype(np.int64), False)
 
 
 def randperm(n, dtype=None, device=None):
+    _check_device(device)
     return _concrete(_rng[0].permutation(n).astype(np.int64))
 
 

@@ -88,9 +88,9 @@ def apply_inplace(t, compute, op="in-place op"):
     ``compute`` records the out-of-place result; records it adds are the in-place op's
     own, so only earlier records that saved ``t``'s old value are marked."""
     from tapejit.recording import cast
-    from tapejit.tape import current
     check_leaf(t, op)
-    before = current().n
+    tape = state.tape
+    before = tape.n if tape is not None else 0   # records from here on are this op's own
     result = compute()
     if result._shape != t._shape:
         raise RuntimeError(

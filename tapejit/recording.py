@@ -105,6 +105,19 @@ def eager(fn, *args):
     return _concrete(value)
 
 
+def _array(t, dt):
+    return t._data if t._dtype is dt else t._data.astype(dt.np)
+
+
+def _in_numpy(dt, value, *args):
+    """A ``vectorized`` op's value rule applied to arrays: small no-grad updates such as
+    ``p -= lr * p.grad`` cost a NumPy call instead of a record, a compiled forward and a
+    copy.  Division by zero and overflow give inf/nan silently, as in the sweeps."""
+    with np.errstate(all="ignore"):
+        out = value(*args)
+    return _concrete(np.asarray(out, dtype=dt.np))
+
+
 def on_tape(*inputs):
     """Whether an op on ``inputs`` must be recorded (some input needs a gradient), as
     opposed to computed now by ``eager``.  Front ends that add ``ints``/``floats`` before
@@ -118,6 +131,8 @@ def record_unary(op, x, c0=0.0, c1=0.0):
         dt = dtypes.get_default_dtype()
     rg = x._rg and state.grad
     if not rg and not state.eager:
+        if op.vectorized and x._tape is None:
+            return _in_numpy(dt, op.value, _array(x, dt), c0, c1)
         return eager(record_unary, op, x, c0, c1)
     tape = state.tape or current()
     xo = x._off if (x._tape is tape and x._dtype is dt) else operand(tape, x, dt)
@@ -152,6 +167,10 @@ def record_binary(op, x, y, numpy_fallback=None):
             return _concrete(np.asarray(numpy_fallback(x._value(), y._value())))
     rg = (x._rg or y._rg) and state.grad
     if not rg and not state.eager:
+        if op.vectorized and x._tape is None and y._tape is None:
+            if x._shape != y._shape:
+                broadcast_shapes(op.name, x._shape, y._shape)   # torch's error text, not NumPy's
+            return _in_numpy(dt, op.value, _array(x, dt), _array(y, dt))
         return eager(record_binary, op, x, y, numpy_fallback)
     tape = state.tape or current()
     xs = x._shape

@@ -42,6 +42,9 @@ class Op:
     # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
     # exercise the op through the public API; the gradient tests run every case.
     samples: Optional[Callable] = None
+    # The value rule is straight-line arithmetic, so applied to NumPy arrays it computes the
+    # op elementwise: work that needs no gradient then runs in NumPy, not on the tape.
+    vectorized: bool = False
     opcode: int = -1
     module: str = ""
 
@@ -70,16 +73,18 @@ def _register(op):
 
 
 def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, group="", saved="a",
-                 operands=1):
+                 operands=1, vectorized=False):
     """``operands=2`` for ops with a Python-scalar operand, which PyTorch shows as (None, 0)."""
     return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
                         nconst=nconst, samples=samples, module=value.py_func.__module__,
-                        operands=operands, group=group, saved=saved))
+                        operands=operands, group=group, saved=saved, vectorized=vectorized))
 
 
-def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group=""):
+def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group="",
+                  vectorized=False):
     return _register(Op(name, node, "binary", saves=saves, value=value, grad_x=grad_x,
-                        grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group))
+                        grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group,
+                        vectorized=vectorized))
 
 
 def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group="",
@@ -99,7 +104,7 @@ def same_kernels(name, node, like, saves=None, samples=None):
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
             samples=samples, module=like.module, operands=like.operands, group=like.group,
-            saved=like.saved)
+            saved=like.saved, vectorized=like.vectorized)
     return _register(op)
 
 

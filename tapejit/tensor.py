@@ -185,7 +185,12 @@ class Tensor:
 
     @property
     def device(self):
-        return "cpu"
+        from tapejit.device import CPU
+        return CPU
+
+    @property
+    def is_cuda(self):
+        return False
 
     def is_floating_point(self):
         return self._dtype.is_floating_point
@@ -312,12 +317,16 @@ class Tensor:
     # ---- conversions -----------------------------------------------------------------------
 
     def to(self, *args, **kwargs):
+        from tapejit.device import check
         dt = kwargs.get("dtype")
+        check(kwargs.get("device"))
         for a in args:
             if isinstance(a, (dtypes.dtype, type, np.dtype)):
                 dt = a
             elif isinstance(a, Tensor):
                 dt = a._dtype
+            else:
+                check(a)    # a device: the CPU, or an error
         if dt is None:
             return self
         from tapejit.recording import cast
@@ -345,6 +354,10 @@ class Tensor:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None, non_blocking=False):
+        from tapejit.device import check
+        check("cuda")
 
     def contiguous(self):
         return self

@@ -676,3 +676,32 @@ def test_set_num_threads_controls_blas_and_rejects_bad_values():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(RuntimeError, match="set_num_threads expects a positive integer"):
             tj.set_num_threads(bad)
+
+
+# ---- devices --------------------------------------------------------------------------------
+
+def test_cpu_device_in_every_spelling():
+    assert not tj.cuda.is_available() and tj.cuda.device_count() == 0
+    assert not tj.accelerator.is_available()
+    tj.set_default_device("cpu")
+    x = tj.zeros(2, device="cpu")
+    assert x.device == "cpu" and x.device == tj.device("cpu") and str(x.device) == "cpu"
+    assert repr(tj.device("cpu")) == "device(type='cpu')" and not x.is_cuda
+    assert x.to("cpu") is x and x.to(tj.device("cpu:0")) is x
+    assert x.to("cpu", tj.float64).dtype == tj.float64
+    assert x.cpu() is x
+    assert tj.tensor([1.0], device=tj.device("cpu")).device == "cpu"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tj.zeros(2, device="cuda"),
+    lambda: tj.tensor([1.0], device="cuda:0"),
+    lambda: tj.zeros(2).to("cuda"),
+    lambda: tj.zeros(2).to(device="mps"),
+    lambda: tj.zeros(2).cuda(),
+    lambda: tj.device("cuda"),
+    lambda: tj.set_default_device("cuda"),
+])
+def test_other_devices_are_refused(call):
+    with pytest.raises(RuntimeError, match="tapejit runs on the CPU only; device '(cuda|cuda:0|mps)' is not available"):
+        call()

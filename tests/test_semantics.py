@@ -1107,3 +1107,17 @@ def test_requires_grad_flag_setters():
     x.requires_grad = True
     (x * 2).sum().backward()
     np.testing.assert_array_equal(grad_of(x), [2.0, 2.0])
+
+
+def test_tensor_subclass_operands_take_the_tensor_path():
+    """nn.Parameter (a Tensor subclass) as the second operand of every binary function."""
+    p = tj.nn.Parameter(tj.tensor([1.0, 2.0]))
+    x = tj.tensor([3.0, 4.0], requires_grad=True)
+    out = tj.add(x, p) + tj.sub(x, p) + tj.mul(x, p) + tj.div(x, p) + tj.pow(x, p) + x.add(p, alpha=0.5)
+    out.sum().backward()
+    expected_p = [0.5 + 3.0 - 3.0 + 3 ** 1 * np.log(3.0), 0.5 + 4.0 - 4.0 / 4.0 + 4 ** 2 * np.log(4.0)]
+    np.testing.assert_allclose(p.grad.numpy(), expected_p, rtol=1e-6)
+    g = tj.tensor([1.0, 1.0])
+    with tj.no_grad():
+        g.add_(p, alpha=0.1)
+    np.testing.assert_allclose(g.numpy(), [1.1, 1.2], rtol=1e-6)

@@ -28,7 +28,7 @@ def add_grad_y(x, y, z, g):
 
 
 ADD = define_binary("add", "AddBackward0", add_value, add_grad_x, add_grad_y, saves=False,
-                    samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y))
+                    vectorized=True, samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y))
 
 
 @rule
@@ -42,7 +42,7 @@ def sub_grad_y(x, y, z, g):
 
 
 SUB = define_binary("sub", "SubBackward0", sub_value, add_grad_x, sub_grad_y, saves=False,
-                    samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y))
+                    vectorized=True, samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y))
 
 
 @rule
@@ -61,7 +61,7 @@ def mul_grad_y(x, y, z, g):
 
 
 MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y,
-                    samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
+                    vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
 
 
 @rule
@@ -80,7 +80,7 @@ def div_grad_y(x, y, z, g):
 
 
 DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y,
-                    samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
+                    vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
 
 
 @rule
@@ -208,7 +208,7 @@ def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
     """``__add__``/``__mul__`` and their reflections: the two common operand kinds go
     straight to the tape (these run once per op in scalar-heavy code), the rest to ``general``."""
     def operator(input, other):
-        if type(other) is Tensor:
+        if isinstance(other, Tensor):
             return record_binary(tensor_op, input, other, numpy_fn)
         if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
             return record_unary(scalar_op, input, float(other))
@@ -218,7 +218,7 @@ def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
 
 @export(method=True)
 def add(input, other, alpha=1):
-    if type(other) is Tensor:
+    if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
         return record_binary(ADD, input, other, np.add)
@@ -229,7 +229,7 @@ def add(input, other, alpha=1):
 
 @export(method=True, dunders=("__sub__",))
 def sub(input, other, alpha=1):
-    if type(other) is Tensor:
+    if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
         return record_binary(SUB, input, other, np.subtract)
@@ -256,7 +256,7 @@ def rsub(input, other, alpha=1):
 
 @export(method=True)
 def mul(input, other):
-    if type(other) is Tensor:
+    if isinstance(other, Tensor):
         return record_binary(MUL, input, other, np.multiply)
     if _is_scalar(other):
         return _scalar_op(_u.MUL_SCALAR, input, other, np.multiply)
@@ -282,7 +282,7 @@ def div(input, other, rounding_mode=None):
         fn = np.floor_divide if rounding_mode == "floor" else (lambda a, b: np.trunc(a / b))
         res = np.asarray(fn(input._value(), y))
         return _concrete(res.astype(input._dtype.np if input._dtype.is_floating_point else np.int64))
-    if type(other) is Tensor:
+    if isinstance(other, Tensor):
         if not input._dtype.is_floating_point and not other._dtype.is_floating_point:
             return _concrete(_true_div_np(input._value(), other._value()))
         return record_binary(DIV, input, other)
@@ -317,7 +317,7 @@ def remainder(input, other):
 def pow(input, exponent):
     if not isinstance(input, Tensor):
         return rpow(exponent, input)
-    if type(exponent) is Tensor:
+    if isinstance(exponent, Tensor):
         return record_binary(POW, input, exponent, np.power)
     if _is_scalar(exponent):
         if _int_result(input, exponent):

@@ -38,7 +38,7 @@ def neg_grad(x, y, g, c0, c1):
     return -g
 
 
-NEG = define_arith("neg", "NegBackward0", neg_value, neg_grad, saves=False,
+NEG = define_arith("neg", "NegBackward0", neg_value, neg_grad, saves=False, vectorized=True,
                    samples=unary_samples("neg", anywhere))
 
 
@@ -53,7 +53,7 @@ def add_scalar_grad(x, y, g, c0, c1):
 
 
 ADD_SCALAR = define_arith("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
-                          nconst=1, saves=False,
+                          nconst=1, vectorized=True, saves=False,
                           operands=2, samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
 
 
@@ -68,7 +68,7 @@ def rsub_scalar_grad(x, y, g, c0, c1):
 
 
 RSUB_SCALAR = define_arith("rsub_scalar", "RsubBackward1", rsub_scalar_value, rsub_scalar_grad,
-                           nconst=1, saves=False,
+                           nconst=1, vectorized=True, saves=False,
                            samples=unary_samples("rsub_scalar", anywhere, lambda tj, x: 2.0 - x))
 
 
@@ -83,7 +83,7 @@ def mul_scalar_grad(x, y, g, c0, c1):
 
 
 MUL_SCALAR = define_arith("mul_scalar", "MulBackward0", mul_scalar_value, mul_scalar_grad,
-                          nconst=1, saves=False,
+                          nconst=1, vectorized=True, saves=False,
                           operands=2, samples=unary_samples("mul_scalar", anywhere, lambda tj, x: x * -3.0))
 
 
@@ -98,7 +98,7 @@ def div_scalar_grad(x, y, g, c0, c1):
 
 
 DIV_SCALAR = define_arith("div_scalar", "DivBackward0", div_scalar_value, div_scalar_grad,
-                          nconst=1, saves=False,
+                          nconst=1, vectorized=True, saves=False,
                           operands=2, samples=unary_samples("div_scalar", anywhere, lambda tj, x: x / 4.0))
 
 
@@ -114,7 +114,7 @@ def rdiv_scalar_grad(x, y, g, c0, c1):
 
 # PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0.
 RDIV_SCALAR = define_arith("rdiv_scalar", "MulBackward0", rdiv_scalar_value, rdiv_scalar_grad,
-                           nconst=1,
+                           nconst=1, vectorized=True,
                            operands=2, samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
 
 
@@ -136,7 +136,7 @@ def pow_scalar_grad(x, y, g, c0, c1):
 
 
 POW_SCALAR = define_arith("pow_scalar", "PowBackward0", pow_scalar_value, pow_scalar_grad,
-                          nconst=1,
+                          nconst=1, vectorized=True,
                           samples=lambda rng: (unary_samples("pow_scalar", anywhere, lambda tj, x: x ** 2)(rng)
                                                + unary_samples("pow_scalar_frac", positive,
                                                                lambda tj, x: x ** 1.5)(rng)
@@ -157,7 +157,7 @@ def rpow_scalar_grad(x, y, g, c0, c1):
 
 
 RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward2", rpow_scalar_value, rpow_scalar_grad,
-                           nconst=1,
+                           nconst=1, vectorized=True,
                            samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
 
 # ---- elementary functions ----------------------------------------------------------------
