@@ -1,12 +1,15 @@
-"""Batched matrix product, the one primitive behind ``matmul``/``mm``/``bmm``/``dot``/``outer``.
+"""Batched matrix product, the one primitive behind ``matmul``/``mm``/``bmm``/``dot``/``outer``,
+and ``linear`` (``x @ W.T + b``).
 
 The front end broadcasts batch dims and turns vectors into matrices before recording,
 so the kernel sees contiguous ``(B, m, k) @ (B, k, n)`` with ``[B, m, k, n]`` at
-``ints[p]``.  It calls BLAS through Numba's ``np.dot`` (SciPy provides the bindings).
+``ints[p]``.  Products go to BLAS ``gemm`` through ``_blas.matmul_into``, with operands
+read in place in the arena (transposes are BLAS flags).
 """
 import numpy as np
 
 from tapejit._jit import kernel
+from tapejit.ops._blas import matmul_into
 from tapejit.ops._kernel_helpers import acc, claim, decode
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere
@@ -19,38 +22,22 @@ def bmm_forward(v, out, a, b, p, q, ints, floats):
     k = ints[p + 2]
     n = ints[p + 3]
     for i in range(batch):
-        A = v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
-        B = v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
-        v[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))[:, :] = np.dot(A, B)
+        matmul_into(v, out + i * m * n, v, a + i * m * k, v, b + i * k * n, m, k, n, False, False, False)
 
 
 @kernel
 def bmm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
-    # dA = G @ B^T and dB = A^T @ G.  The transposes are copied to C order so every
-    # product is the same (C, C) np.dot specialisation: one BLAS binding to compile.
+    # dA = G @ B^T and dB = A^T @ G, the transposes read in place by BLAS.
     batch = ints[p]
     m = ints[p + 1]
     k = ints[p + 2]
     n = ints[p + 3]
     for i in range(batch):
-        G = g[out + i * m * n:out + (i + 1) * m * n].reshape((m, n))
+        go = out + i * m * n
         if ma != 0:
-            Bt = np.ascontiguousarray(v[b + i * k * n:b + (i + 1) * k * n].reshape((k, n)).T)
-            dA = np.dot(G, Bt)
-            GA = g[a + i * m * k:a + (i + 1) * m * k].reshape((m, k))
-            if ma == 1:
-                GA[:, :] = dA
-            else:
-                GA += dA
+            matmul_into(g, a + i * m * k, g, go, v, b + i * k * n, m, n, k, False, True, ma == 2)
         if mb != 0:
-            At = np.ascontiguousarray(v[a + i * m * k:a + (i + 1) * m * k].reshape((m, k)).T)
-            Gc = np.ascontiguousarray(G)
-            dB = np.dot(At, Gc)
-            GB = g[b + i * k * n:b + (i + 1) * k * n].reshape((k, n))
-            if mb == 1:
-                GB[:, :] = dB
-            else:
-                GB += dB
+            matmul_into(g, b + i * k * n, v, a + i * m * k, g, go, k, m, n, True, False, mb == 2)
 
 
 MM = define_kernel("mm", "MmBackward0", bmm_forward, bmm_backward,
@@ -67,9 +54,9 @@ BMM = same_kernels("bmm", "BmmBackward0", MM,
 
 
 # ---- linear: x @ W.T + b in one record -------------------------------------------------
-# ``nn.Linear``'s weight is (out, in): reading it transposed inside the kernel (np.dot with
-# an F-ordered view) saves the transposed copy, its record and its backward; the bias row
-# is added in the same pass and its gradient is the column sums.  Layout at ints[p]:
+# ``nn.Linear``'s weight is (out, in): reading it transposed inside the kernel (a BLAS
+# flag) saves the transposed copy, its record and its backward; the bias row is added in
+# the same pass and its gradient is the column sums.  Layout at ints[p]:
 # [m, k, n, has_bias, bias operand (encoded like a and b)].
 
 @kernel
@@ -77,15 +64,13 @@ def linear_forward(v, out, a, b, p, q, ints, floats):
     m = ints[p]
     k = ints[p + 1]
     n = ints[p + 2]
-    X = v[a:a + m * k].reshape((m, k))
-    W = v[b:b + n * k].reshape((n, k))
-    O = v[out:out + m * n].reshape((m, n))
-    O[:, :] = np.dot(X, W.T)
+    matmul_into(v, out, v, a, v, b, m, k, n, False, True, False)
     if ints[p + 3] != 0:
         bias = decode(ints[p + 4])
         for i in range(m):
+            row = out + i * n
             for j in range(n):
-                O[i, j] += v[bias + j]
+                v[row + j] += v[bias + j]
 
 
 @kernel
@@ -93,30 +78,19 @@ def linear_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     m = ints[p]
     k = ints[p + 1]
     n = ints[p + 2]
-    G = g[out:out + m * n].reshape((m, n))
-    if ma != 0:
-        dX = np.dot(G, v[b:b + n * k].reshape((n, k)))
-        GX = g[a:a + m * k].reshape((m, k))
-        if ma == 1:
-            GX[:, :] = dX
-        else:
-            GX += dX
-    if mb != 0:
-        dW = np.dot(np.ascontiguousarray(G.T), v[a:a + m * k].reshape((m, k)))
-        GW = g[b:b + n * k].reshape((n, k))
-        if mb == 1:
-            GW[:, :] = dW
-        else:
-            GW += dW
+    if ma != 0:   # dX = G @ W
+        matmul_into(g, a, g, out, v, b, m, n, k, False, False, ma == 2)
+    if mb != 0:   # dW = G^T @ X
+        matmul_into(g, b, g, out, v, a, n, m, k, True, False, mb == 2)
     if ints[p + 3] != 0:
         enc = ints[p + 4]
         mode = claim(flags, enc)
         if mode != 0:
             bias = decode(enc)
             for j in range(n):
-                s = G[0, j] * 0.0
+                s = g[out + j] * 0.0
                 for i in range(m):
-                    s += G[i, j]
+                    s += g[out + i * n + j]
                 acc(g, bias + j, s, mode)
 
 
