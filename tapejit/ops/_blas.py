@@ -37,6 +37,10 @@ def matmul_into(out, o, A, a, B, b, rows, inner, cols, trans_a, trans_b, accumul
             for i in range(rows * cols):
                 out[o + i] = 0.0
         return
+    # BLAS addresses memory directly, out of reach of NUMBA_BOUNDSCHECK: check the regions.
+    if o < 0 or a < 0 or b < 0 or (o + rows * cols > out.size or a + rows * inner > A.size
+                                   or b + inner * cols > B.size):
+        raise IndexError("tapejit: matmul operand region outside its arena (a slot-offset bug)")
     # Row-major C is column-major C^T = op(B)^T op(A)^T: BLAS sees B first.
     scalars = np.empty(2, out.dtype)   # alpha, beta: BLAS takes them by address
     scalars[0] = 1.0
