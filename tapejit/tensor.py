@@ -205,13 +205,22 @@ class Tensor:
 
     @data.setter
     def data(self, other):
-        arr = np.asarray(other._value() if isinstance(other, Tensor) else other)
+        """Swap in another value, shape and dtype included (as torch), sharing its memory."""
         if self._tape is not None:
             raise RuntimeError("tapejit can only assign .data of a leaf tensor")
+        if isinstance(other, np.ndarray):   # beyond torch: a NumPy array, shared as is
+            value, dt = other, dtypes.from_numpy_dtype(other.dtype)
+        elif isinstance(other, Tensor):
+            value, dt = other._value(), other._dtype
+        else:
+            raise TypeError(f"Variable data has to be a tensor, but got {type(other).__name__}")
+        if self._rg and not dt.is_floating_point:
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         _before_write(self)
-        self._data = arr.astype(self._dtype.np, copy=False)
-        self._shape = self._data.shape
-        self._numel = self._data.size
+        self._data = value
+        self._shape = value.shape
+        self._numel = value.size
+        self._dtype = dt
 
     # ---- autograd attributes ---------------------------------------------------------------
 

@@ -1121,3 +1121,16 @@ def test_tensor_subclass_operands_take_the_tensor_path():
     with tj.no_grad():
         g.add_(p, alpha=0.1)
     np.testing.assert_allclose(g.numpy(), [1.1, 1.2], rtol=1e-6)
+
+
+def test_data_assignment_swaps_value_shape_and_dtype_as_torch():
+    x = tj.zeros(3, requires_grad=True)
+    version = x._version_counter
+    x.data = tj.ones(2, dtype=tj.float64)
+    assert x.dtype == tj.float64 and x.shape == (2,) and x.requires_grad and x.is_leaf
+    assert x._version_counter == version + 1
+    np.testing.assert_array_equal(x.detach().numpy(), [1.0, 1.0])
+    with pytest.raises(RuntimeError, match="must be floating point or complex dtype"):
+        x.data = tj.zeros(2, dtype=tj.int64)
+    with pytest.raises(TypeError, match="Variable data has to be a tensor, but got list"):
+        x.data = [1.0, 2.0]
