@@ -182,19 +182,30 @@ class Tape:
     def load_value(self, value, dt, source):
         """A load record copying array ``value`` into a new slot of arena ``dt``; ``source``
         (a tensor, or a custom Function's context) is what the slot was loaded from."""
+        # Tape.alloc, _ensure_arena and append, inlined: every leaf and constant comes here.
         n = value.size
         d = dt.arena
-        off = self.alloc(d, n)
-        self._ensure_arena(d, self.cursor[d])
+        cursor = self.cursor
+        off = cursor[d]
+        end = off + (n if n > 0 else 1)
+        cursor[d] = end
+        vals = self.vals[d]
+        if end > len(vals):
+            self._ensure_arena(d, end)
+            vals = self.vals[d]
         if n == 1:
-            self.vals[d][off] = value.reshape(-1)[0] if value.ndim else value[()]
+            vals[off] = value.item() if value.ndim else value[()]
         elif n:
-            self.vals[d][off:off + n] = value.reshape(-1)
+            vals[off:end] = value.reshape(-1)
         index = len(self.sources)
         self.sources.append(source)
-        LOAD = registry.BY_NAME["load"]
-        self.append(LOAD.opcode * 2 + d, off, -1, -1, index, n)
-        self.groups |= LOAD.bit
+        r = self.n
+        if r == self.cap:
+            self.grow()
+        load = _LOAD or _load_op()
+        pack_record(self.rec, r * 48, load[0] + d, off, -1, -1, index, n)
+        self.n = r + 1
+        self.groups |= load[1]
         return off
 
     def note_function(self, ctx, first):
@@ -297,6 +308,15 @@ class Tape:
             keys = rec[:, 1] * 2 + (rec[:, 0] & 1)
             self._producers = dict(zip(keys.tolist(), range(self.nrec)))
         return self._producers.get(off * 2 + arena)
+
+
+_LOAD = []   # (opcode * 2, group bit) of the load op, filled on first use (ops register late)
+
+
+def _load_op():
+    op = registry.BY_NAME["load"]
+    _LOAD[:] = (op.opcode * 2, op.bit)
+    return _LOAD
 
 
 def _grown(arr, size, keep):

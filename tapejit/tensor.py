@@ -49,6 +49,11 @@ def _concrete(array, rg=False):
     t._numel = array.size
     t._dtype = dtypes.from_numpy_dtype(array.dtype)
     t._rg = rg
+    # Set here, not left unset: reading an unset slot with a default (getattr) raises and
+    # catches AttributeError, and leaves are read on every load and every backward.
+    t._version = 0
+    t._grad = None
+    t._hooks = None
     return t
 
 
@@ -77,6 +82,9 @@ class Tensor:
         self._numel = arr.size
         self._dtype = dtypes.from_numpy_dtype(arr.dtype)
         self._rg = False
+        self._version = 0
+        self._grad = None
+        self._hooks = None
 
     # ---- values ----------------------------------------------------------------------------
 
