@@ -58,7 +58,7 @@ def _differentiate(fun, argnums, has_aux, name):
             raise TypeError(f"{name}: argnums {argnums!r} is out of range for {len(args)} positional arguments")
         args = list(args)
         leaves = []
-        for i in nums:
+        for i in dict.fromkeys(i % len(args) for i in nums):   # a repeated argnum: one leaf
             args[i] = _leaf(args[i], name, i)
             leaves.append(args[i])
         with enable_grad():
@@ -78,9 +78,13 @@ def _differentiate(fun, argnums, has_aux, name):
         else:
             found = [None] * len(leaves)
             value = float(np.asarray(out._value() if isinstance(out, Tensor) else out).reshape(-1)[0])
-        grads = tuple(np.zeros(leaf._shape, leaf._dtype.np) if g is None else g._value()
-                      for leaf, g in zip(leaves, found))
-        return value, (grads[0] if single else grads), aux
+        by_leaf = {id(leaf): np.zeros(leaf._shape, leaf._dtype.np) if g is None else g._value()
+                   for leaf, g in zip(leaves, found)}
+        grads = []
+        for i in nums:
+            g = by_leaf[id(args[i % len(args)])]
+            grads.append(g.copy() if any(g is h for h in grads) else g)
+        return value, (grads[0] if single else tuple(grads)), aux
 
     return value_and_gradients
 

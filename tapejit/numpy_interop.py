@@ -34,9 +34,11 @@ def _cosh(x):
 
 def _logaddexp(a, b):
     # max(a, b) + log1p(exp(-|a - b|)): stable, and at a == b the subgradients of maximum
-    # and abs give each input one half, as the exact derivative does.
+    # and abs give each input one half, as the exact derivative does.  Where a == b the
+    # difference is taken as 0, so equal infinities give inf/-inf rather than inf - inf.
     tj = _tj()
-    return tj.maximum(a, b) + (-(a - b).abs()).exp().log1p()
+    diff = tj.where(a == b, _tensor_operand(0.0, a), a - b)
+    return tj.maximum(a, b) + (-diff.abs()).exp().log1p()
 
 
 _UNARY = {
@@ -175,33 +177,48 @@ def _dim(axis):
     return tuple(axis) if isinstance(axis, list) else axis
 
 
+def _reduces_nothing(axis):
+    """NumPy's ``axis=()`` reduces no axis (torch's ``dim=()`` would reduce them all)."""
+    return isinstance(axis, (tuple, list)) and len(axis) == 0
+
+
 @implements(np.sum)
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_extras("sum", dtype=dtype, out=out, initial=initial, where=where)
+    if _reduces_nothing(axis):
+        return _tensor_operand(a, None).clone()
     return _tj().sum(_tensor_operand(a, None), _dim(axis), bool(keepdims))
 
 
 @implements(np.mean)
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     _no_extras("mean", dtype=dtype, out=out, where=where)
+    if _reduces_nothing(axis):
+        return _tensor_operand(a, None).clone()
     return _tj().mean(_tensor_operand(a, None), _dim(axis), bool(keepdims))
 
 
 @implements(np.prod)
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_extras("prod", dtype=dtype, out=out, initial=initial, where=where)
+    if _reduces_nothing(axis):
+        return _tensor_operand(a, None).clone()
     return _tj().prod(_tensor_operand(a, None), _dim(axis), bool(keepdims))
 
 
 @implements(np.max, np.amax)
 def _max(a, axis=None, out=None, keepdims=False, initial=None, where=None):
     _no_extras("max", out=out, initial=initial, where=where)
+    if _reduces_nothing(axis):
+        return _tensor_operand(a, None).clone()
     return _tj().amax(_tensor_operand(a, None), () if axis is None else _dim(axis), bool(keepdims))
 
 
 @implements(np.min, np.amin)
 def _min(a, axis=None, out=None, keepdims=False, initial=None, where=None):
     _no_extras("min", out=out, initial=initial, where=where)
+    if _reduces_nothing(axis):
+        return _tensor_operand(a, None).clone()
     return _tj().amin(_tensor_operand(a, None), () if axis is None else _dim(axis), bool(keepdims))
 
 
@@ -378,7 +395,11 @@ def _squeeze(a, axis=None):
     a = _tensor_operand(a, None)
     if axis is None:
         return a.squeeze()
-    for d in sorted((axis,) if isinstance(axis, int) else axis, key=lambda d: -(d % a.ndim)):
+    n = a.ndim
+    axes = sorted({d % n for d in ((axis,) if isinstance(axis, int) else axis)}, reverse=True)
+    for d in axes:   # last first, so the earlier axes keep their positions
+        if a.shape[d] != 1:
+            raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
         a = a.squeeze(d)
     return a
 
@@ -413,8 +434,11 @@ def _split(ary, indices_or_sections, axis=0):
         if size % indices_or_sections:
             raise ValueError("array split does not result in an equal division")
         return list(_tj().split(a, size // indices_or_sections, axis))
-    bounds = [0] + [min(int(i), size) for i in indices_or_sections] + [size]
-    return list(_tj().split(a, [max(hi - lo, 0) for lo, hi in itertools.pairwise(bounds)], axis))
+    # Indices are slice bounds, as NumPy takes them: negative ones count from the end, and
+    # a bound below the previous one gives an empty piece.
+    bounds = [0] + [int(i) for i in indices_or_sections] + [size]
+    lead = (slice(None),) * (axis % a.ndim)
+    return [a[lead + (slice(lo, hi),)] for lo, hi in itertools.pairwise(bounds)]
 
 
 @implements(np.copy)
@@ -446,17 +470,15 @@ def _size(a, axis=None):
     return a.numel() if axis is None else a.shape[axis]
 
 
-def _like(name):
-    numpy_fn = getattr(np, name)
-
-    def like(a, dtype=None, order="K", subok=True, shape=None, **kwargs):
-        value = a._value() if isinstance(a, Tensor) else a
-        return numpy_fn(value, dtype=dtype, shape=shape, **kwargs)
+def _like(numpy_fn):
+    """``np.zeros_like(t)`` and friends: constants (NumPy arrays) of the tensor's shape."""
+    def like(a, *args, **kwargs):
+        return numpy_fn(a.detach()._value() if isinstance(a, Tensor) else a, *args, **kwargs)
     return like
 
 
 for _name in ("zeros_like", "ones_like", "empty_like", "full_like"):
-    implements(getattr(np, _name))(_like(_name))
+    implements(getattr(np, _name))(_like(getattr(np, _name)))
 
 
 def _on_values(numpy_fn):

@@ -283,3 +283,56 @@ def test_graph_spanning_a_retired_tape_still_gives_the_full_gradient():
     x = np.array([0.5, 1.5])
     expected = central_differences(lambda v: float(np.sum(v * 1.01 ** 100 * 2.0 * v)), x)
     np.testing.assert_allclose(tj.grad(f)(x), expected, rtol=1e-6)
+
+
+# ---- NumPy's own edge semantics ----------------------------------------------------------------
+
+def test_squeeze_with_negative_axes_and_a_non_unit_axis():
+    x = tj.tensor(np.ones((3, 1, 1)), requires_grad=True)
+    assert np.squeeze(x, axis=(-1, -2)).shape == (3,)
+    assert np.squeeze(x, axis=-2).shape == (3, 1)
+    with pytest.raises(ValueError, match="size not equal to one"):
+        np.squeeze(x, axis=0)
+
+
+def test_split_takes_numpy_slice_bounds():
+    x = np.arange(5.0)
+    for indices in ([-1], [3, 1], [2, 2, 4], [0, 7]):
+        mine = np.split(tj.tensor(x), indices)
+        expected = np.split(x, indices)
+        assert [tuple(p.shape) for p in mine] == [p.shape for p in expected], indices
+        for p, e in zip(mine, expected):
+            np.testing.assert_array_equal(p.numpy(), e)
+    g = tj.grad(lambda v: sum(np.sum(p * (k + 1)) for k, p in enumerate(np.split(v, [-2]))))(x)
+    np.testing.assert_array_equal(g, [1, 1, 1, 2, 2])
+
+
+def test_like_functions_pass_their_arguments_through():
+    x = tj.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    np.testing.assert_array_equal(np.full_like(x, 7.0), [7.0, 7.0, 7.0])
+    assert np.zeros_like(x, dtype=np.float64).dtype == np.float64
+    assert np.ones_like(x, shape=(2, 2)).shape == (2, 2)
+
+
+def test_logaddexp_of_equal_infinities_and_its_gradient():
+    x = tj.tensor([-np.inf, np.inf, 1.0], dtype=tj.float64)
+    np.testing.assert_array_equal(np.logaddexp(x, x).numpy()[:2], [-np.inf, np.inf])
+    g = tj.grad(lambda a: np.sum(np.logaddexp(a, a)))(np.array([0.5, -2.0]))
+    np.testing.assert_allclose(g, [1.0, 1.0])
+
+
+def test_empty_axis_tuple_reduces_nothing():
+    x = np.arange(6.0).reshape(2, 3)
+    t = tj.tensor(x)
+    for fn in (np.sum, np.mean, np.prod, np.max, np.min):
+        assert fn(t, axis=()).shape == (2, 3), fn.__name__
+        np.testing.assert_array_equal(fn(t, axis=()).numpy(), fn(x, axis=()))
+
+
+def test_repeated_argnums_give_the_gradient_each_time():
+    f = lambda x, y: np.sum(x * y * y)  # noqa: E731
+    gx, gy1, gy2 = tj.grad(f, argnums=(0, 1, 1))(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    np.testing.assert_array_equal(gy1, [6.0, 16.0])
+    np.testing.assert_array_equal(gy2, [6.0, 16.0])
+    assert gy1 is not gy2
+    np.testing.assert_array_equal(gx, [9.0, 16.0])
