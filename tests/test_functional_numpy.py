@@ -330,7 +330,9 @@ def test_empty_axis_tuple_reduces_nothing():
 
 
 def test_repeated_argnums_give_the_gradient_each_time():
-    f = lambda x, y: np.sum(x * y * y)  # noqa: E731
+    def f(x, y):
+        return np.sum(x * y * y)
+
     gx, gy1, gy2 = tj.grad(f, argnums=(0, 1, 1))(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
     np.testing.assert_array_equal(gy1, [6.0, 16.0])
     np.testing.assert_array_equal(gy2, [6.0, 16.0])
