@@ -86,12 +86,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 # a per-group summary after pytest-benchmark's table: figures, ratios, SPEC targets
 
 def _fmt(value, group):
-    if group in targets.MEMORY_GROUPS:
-        return f"{value:8.1f} MB"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if value >= scale:
-            return f"{value / scale:8.3f} {unit:2s}"
-    return f"{value / 1e-9:8.3f} ns"
+    return targets.human(value, group, terminal=True)
 
 
 #: extra_info keys worth a line under the group

@@ -50,12 +50,7 @@ def rows_of(data):
 def fmt_value(value, group):
     if value is None:
         return "–"
-    if group in T.MEMORY_GROUPS:
-        return f"{value:.1f} MB"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value / 1e-9:.3g} ns"
+    return T.human(value, group)
 
 
 def fmt_ratio(ratio):

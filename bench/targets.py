@@ -151,3 +151,14 @@ def table(rows, stat="median"):
         if value is not None:
             out.setdefault(group, {})[label] = value
     return out
+
+
+def human(value, group, terminal=False):
+    """A figure with its unit: seconds scaled to s/ms/us/ns, memory groups in MB.  The
+    terminal summary wants fixed-width columns; the Markdown report wants 3 digits."""
+    if group in MEMORY_GROUPS:
+        return f"{value:8.1f} MB" if terminal else f"{value:.1f} MB"
+    micro = "us" if terminal else "µs"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), (micro, 1e-6), ("ns", 1e-9)):
+        if value >= scale or unit == "ns":
+            return f"{value / scale:8.3f} {unit:2s}" if terminal else f"{value / scale:.3g} {unit}"
