@@ -13,7 +13,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.ops.activation import log_softmax
 from tapejit.ops.linalg import dot
-from tapejit.ops.movement import where
+from tapejit.ops.movement import INDEX, _gather, where
 from tapejit.ops.unary import softplus
 from tapejit.recording import broadcast_shapes
 from tapejit.tensor import Tensor, _concrete
@@ -131,7 +131,12 @@ def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction):
         return loss if valid.all() else where(valid, loss, 0.0)
     at = np.nonzero(valid)
     chosen = targets[valid]
-    picked = log_probs[(at[0], chosen) + at[1:]]
+    if log_probs.ndim == 2:
+        # (N, C): the flat positions row * C + class, without building the index grid
+        # that general integer-array indexing needs.
+        picked = _gather(INDEX, log_probs, at[0] * log_probs._shape[1] + chosen)
+    else:
+        picked = log_probs[(at[0], chosen) + at[1:]]
     coeff = weights[chosen] if weights is not None else np.ones(chosen.shape, log_probs._dtype.np)
     if reduction == "mean":
         total = coeff.sum(dtype=np.float64)
