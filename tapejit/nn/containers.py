@@ -22,7 +22,32 @@ def _renumber(container, modules):
         container.add_module(str(i), module)
 
 
-class Sequential(Module):
+class _Numbered(Module):
+    """What ``Sequential`` and ``ModuleList`` share: children named "0".."n-1" that behave
+    as a list (length, iteration, deletion with renumbering, append, extend)."""
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __delitem__(self, idx):
+        modules = list(self._modules.values())
+        del modules[idx if isinstance(idx, slice) else _index(self, idx)]
+        _renumber(self, modules)  # torch renumbers the rest "0".."n-1"
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+
+class Sequential(_Numbered):
     """``Sequential(m0, m1, ...)`` or ``Sequential(OrderedDict(name=module))``: calls the
     modules in order, each on the previous one's output."""
 
@@ -40,12 +65,6 @@ class Sequential(Module):
             input = module(input)
         return input
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(OrderedDict(list(self._modules.items())[idx]))
@@ -54,20 +73,6 @@ class Sequential(Module):
     def __setitem__(self, idx, module):
         key = list(self._modules.keys())[_index(self, idx)]
         self.add_module(key, module)
-
-    def __delitem__(self, idx):
-        modules = list(self._modules.values())
-        del modules[idx if isinstance(idx, slice) else _index(self, idx)]
-        _renumber(self, modules)  # torch renumbers the rest "0".."n-1"
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules):
-        for module in modules:
-            self.append(module)
-        return self
 
     def insert(self, index, module):
         n = len(self)
@@ -79,19 +84,13 @@ class Sequential(Module):
         return self
 
 
-class ModuleList(Module):
+class ModuleList(_Numbered):
     """A list of modules, registered so their parameters are found; no ``forward``."""
 
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
             self.extend(modules)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
 
     def __getitem__(self, idx):
         if isinstance(idx, slice):
@@ -101,25 +100,11 @@ class ModuleList(Module):
     def __setitem__(self, idx, module):
         self.add_module(str(_index(self, idx)), module)
 
-    def __delitem__(self, idx):
-        modules = list(self._modules.values())
-        del modules[idx if isinstance(idx, slice) else _index(self, idx)]
-        _renumber(self, modules)
-
     def __iadd__(self, modules):
         return self.extend(modules)
 
     def __add__(self, other):
         return ModuleList(list(self) + list(other))
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules):
-        for module in modules:
-            self.append(module)
-        return self
 
     def insert(self, index, module):
         modules = list(self._modules.values())
