@@ -1,6 +1,6 @@
 """Adam, as torch.optim.Adam (``decoupled_weight_decay=True`` gives AdamW's rule)."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array
+from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
 from tapejit.tensor import Tensor
 
 __all__ = ["Adam"]
@@ -67,10 +67,7 @@ class Adam(Optimizer):
             decoupled = bool(group["decoupled_weight_decay"])
             amsgrad = bool(group["amsgrad"])
             sign = -1.0 if group["maximize"] else 1.0
-            for p in group["params"]:
-                grad = getattr(p, "_grad", None)
-                if grad is None:
-                    continue
+            for p, grad in with_grads(group):
                 param_state = state[p]
                 if not param_state:
                     self._init_state(p, param_state, amsgrad)

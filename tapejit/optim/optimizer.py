@@ -52,6 +52,15 @@ def _typename(obj):
     return f"{module}.{cls.__qualname__}"
 
 
+def with_grads(group):
+    """``(parameter, gradient)`` for each parameter of ``group`` that has a gradient (the
+    others are skipped, as torch's optimizers do)."""
+    for p in group["params"]:
+        grad = getattr(p, "_grad", None)
+        if grad is not None:
+            yield p, grad
+
+
 def _grad_array(grad, like):
     """The gradient's value as a 1-D array of the parameter array's dtype (read only)."""
     array = grad._data if grad._tape is None else grad._value()
@@ -147,10 +156,7 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset the gradients: drop them (default) or zero them in place."""
         for group in self.param_groups:
-            for p in group["params"]:
-                grad = getattr(p, "_grad", None)
-                if grad is None:
-                    continue
+            for p, grad in with_grads(group):
                 if set_to_none:
                     p._grad = None
                 elif grad._tape is not None:

@@ -1,6 +1,6 @@
 """RMSprop, as torch.optim.RMSprop."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array
+from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
 from tapejit.tensor import Tensor
 
 __all__ = ["RMSprop"]
@@ -51,10 +51,7 @@ class RMSprop(Optimizer):
             momentum = float(group["momentum"])
             centered = bool(group["centered"])
             sign = -1.0 if group["maximize"] else 1.0
-            for p in group["params"]:
-                grad = getattr(p, "_grad", None)
-                if grad is None:
-                    continue
+            for p, grad in with_grads(group):
                 param_state = state[p]
                 if not param_state:
                     param_state["step"] = self._step_counter()

@@ -1,6 +1,6 @@
 """Stochastic gradient descent, optionally with momentum, as torch.optim.SGD."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array
+from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
 
 __all__ = ["SGD"]
 
@@ -45,20 +45,14 @@ class SGD(Optimizer):
             weight_decay = float(group["weight_decay"])
             sign = -1.0 if group["maximize"] else 1.0
             if momentum == 0.0:
-                for p in group["params"]:
-                    grad = getattr(p, "_grad", None)
-                    if grad is None:
-                        continue
+                for p, grad in with_grads(group):
                     flat = param_flat(p)
                     _kernels.sgd_plain(flat, _grad_array(grad, flat), lr, weight_decay, sign)
                 continue
             dampening = float(group["dampening"])
             nesterov = bool(group["nesterov"])
             state = self.state
-            for p in group["params"]:
-                grad = getattr(p, "_grad", None)
-                if grad is None:
-                    continue
+            for p, grad in with_grads(group):
                 param_state = state[p]
                 buf = param_state.get("momentum_buffer")
                 first = buf is None
