@@ -40,3 +40,8 @@ def kernel(fn):
 def sweep(fn):
     """An entry point called from Python: cached on disk so a second process does not compile."""
     return njit(cache=True, **_COMMON)(fn)
+
+
+def parallel_sweep(fn):
+    """An entry point whose ``prange`` loops run across cores (batched replay)."""
+    return njit(cache=True, parallel=True, **_COMMON)(fn)

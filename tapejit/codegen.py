@@ -32,8 +32,66 @@ import math  # noqa: F401  (used by inlined rules)
 
 import numpy as np
 
-from tapejit._jit import kernel, sweep  # noqa: F401
+from numba import prange  # noqa: F401
+
+from tapejit._jit import kernel, parallel_sweep, sweep  # noqa: F401
 from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
+'''
+
+
+# A tj.compile trace, replayed: the forward sweep, then the backward sweep from the seeds,
+# in one compiled call (tapejit/replay).  ``seed_at`` rows are (offset, count) of each
+# root with its seed values concatenated in ``seed_vals``; ``load_outs`` are the slots of
+# the trace's loads, whose flags the backward sweep leaves set.
+_REPLAY = '''
+
+@sweep
+def replay(rec, n, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs):
+    forward(rec, 0, n, v, ints, floats)
+    if seed_at.shape[0] == 0:
+        return -1
+    k = 0
+    for s in range(seed_at.shape[0]):
+        off = seed_at[s, 0]
+        m = seed_at[s, 1]
+        if flags[off] == 0:
+            for i in range(m):
+                g[off + i] = seed_vals[k + i]
+            flags[off] = 1
+        else:
+            for i in range(m):
+                g[off + i] += seed_vals[k + i]
+        k += m
+    r = backward(rec, 0, n, v, g, flags, freed, ints, floats, True)
+    for i in range(load_outs.shape[0]):
+        flags[load_outs[i]] = 0
+    return r
+
+
+@parallel_sweep
+def replay_batch(rec, n, v0, ints, floats, seed_at, seed_vals, load_outs, in_at, x, out_at, y,
+                 grad_at, gx, chunks):
+    """``replay`` for every row of ``x``: each chunk of rows has its own value, adjoint and
+    flag buffers, starting from ``v0`` (constants and parameters); rows of ``x`` fill the
+    slots ``in_at`` (offset, column, count), and ``out_at``/``grad_at`` say which value and
+    adjoint slots go to the rows of ``y`` and ``gx``."""
+    rows = x.shape[0]
+    for c in prange(chunks):
+        v = v0.copy()
+        g = np.empty_like(v0)
+        flags = np.zeros(v0.shape[0], np.uint8)
+        freed = np.zeros(n, np.uint8)
+        for row in range(c * rows // chunks, (c + 1) * rows // chunks):
+            for j in range(in_at.shape[0]):
+                for i in range(in_at[j, 2]):
+                    v[in_at[j, 0] + i] = x[row, in_at[j, 1] + i]
+            replay(rec, n, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs)
+            for j in range(out_at.shape[0]):
+                for i in range(out_at[j, 2]):
+                    y[row, out_at[j, 1] + i] = v[out_at[j, 0] + i]
+            for j in range(grad_at.shape[0]):
+                for i in range(grad_at[j, 2]):
+                    gx[row, grad_at[j, 1] + i] = g[grad_at[j, 0] + i]
 '''
 
 
@@ -197,6 +255,7 @@ def generate_source(ops=None, digest=None):
               "        if not retain:",
               "            freed[r] = 1",
               "    return -1", ""]
+    lines.append(_REPLAY)
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.device import check as _check_device
+from tapejit.tape import state as _state
 from tapejit.tensor import Tensor, _concrete
 
 _rng = [np.random.default_rng()]
@@ -75,6 +76,8 @@ def _leaf(arr, requires_grad):
         if not t._dtype.is_floating_point:
             raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
         t._rg = True
+    if _state.trace is not None:   # made inside a compiled function: free to change in place
+        _state.trace.note_created(t)
     return t
 
 
@@ -196,31 +199,35 @@ def manual_seed(seed):
 
 
 def rng():
+    """The generator behind every random op (tj.compile refuses random ops in a trace)."""
+    if _state.trace is not None:
+        from tapejit.replay.trace import refuse_random, _caller
+        refuse_random(_caller()[0])
     return _rng[0]
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
     _check_device(device)
     dt = _float_dtype(dtype)
-    return _leaf(_rng[0].random(_shape_arg(size)).astype(dt.np), requires_grad)
+    return _leaf(rng().random(_shape_arg(size)).astype(dt.np), requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
     _check_device(device)
     dt = _float_dtype(dtype)
-    return _leaf(_rng[0].standard_normal(_shape_arg(size)).astype(dt.np), requires_grad)
+    return _leaf(rng().standard_normal(_shape_arg(size)).astype(dt.np), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False):
     _check_device(device)
     if high is None:
         low, high = 0, low
-    return _leaf(_rng[0].integers(low, high, size=tuple(size)).astype(np.int64), False)
+    return _leaf(rng().integers(low, high, size=tuple(size)).astype(np.int64), False)
 
 
 def randperm(n, dtype=None, device=None):
     _check_device(device)
-    return _concrete(_rng[0].permutation(n).astype(np.int64))
+    return _concrete(rng().permutation(n).astype(np.int64))
 
 
 def rand_like(input, dtype=None, requires_grad=False):

@@ -57,6 +57,9 @@ def _seeds(outputs, grads, create_graph):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
+    if state.trace is not None:   # inside tj.compile's first call: also kept for the replays
+        from tapejit.replay import trace
+        return trace.backward(state.trace, tensors, grad_tensors, retain_graph, create_graph, inputs)
     if (grad_tensors is None and inputs is None and not retain_graph and not create_graph
             and type(tensors) is list and len(tensors) == 1 and _plain_scalar_root(tensors[0])):
         _backward_scalar(tensors[0])
@@ -71,6 +74,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, materialize_grads=False):
     """``autograd.grad``: return d(outputs)/d(inputs) without touching ``.grad``."""
+    if state.trace is not None:
+        from tapejit.replay.trace import refuse
+        refuse("autograd.grad", "its results would be constants in the replays; use loss.backward() "
+               "in the function, or tj.compile(tj.grad(f)).")
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for t in inputs:
         if not t._rg:

@@ -103,6 +103,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         value, grads, aux = run(args, kwargs)
         return ((value, aux) if has_aux else value), grads
 
+    value_and_grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "value_and_grad")
     return value_and_grad_fun
 
 
@@ -115,4 +116,5 @@ def grad(fun, argnums=0, has_aux=False):
         _, grads, aux = run(args, kwargs)
         return (grads, aux) if has_aux else grads
 
+    grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "grad")
     return grad_fun

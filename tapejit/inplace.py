@@ -66,6 +66,9 @@ def poison(tape, arena, off, t, old_version, before=None):
 
 def note_leaf_write(t, before=None):
     """A concrete tensor's array is about to change: poison saved uses on this thread's tape."""
+    if state.trace is not None:
+        from tapejit.replay.trace import check_write
+        check_write(t)
     old = getattr(t, "_version", 0)
     t._version = old + 1
     tape = state.tape

@@ -86,7 +86,7 @@ def eager(fn, *args):
     try:
         t = fn(*args)
     finally:
-        state.eager = False
+        state.eager = bool(state.trace)   # a trace records everything (see tapejit/replay)
     if t._tape is not tape:
         return t
     tape.flush()
@@ -260,7 +260,7 @@ def cast(x, dt):
     if not dt.is_floating_point or not x._dtype.is_floating_point:
         return _concrete(x._value().astype(dt.np))
     rg = x._rg and state.grad
-    if not rg:
+    if not rg and not (state.eager and x._tape is not None):
         return _concrete(x._value().astype(dt.np))
     tape = state.tape or current()
     src = operand(tape, x, x._dtype)

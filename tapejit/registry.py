@@ -45,6 +45,10 @@ class Op:
     # The value rule is straight-line arithmetic, so applied to NumPy arrays it computes the
     # op elementwise: work that needs no gradient then runs in NumPy, not on the tape.
     vectorized: bool = False
+    # For kernels that take more tensor operands than fields a and b can hold (cat, stack,
+    # linear's bias): ``listed(ints, p)`` gives the extra operands' encoded offsets, so
+    # that a replay's dead-code pass and gradient reachability see every input.
+    listed: Optional[Callable] = None
     opcode: int = -1
     module: str = ""
 
@@ -90,10 +94,10 @@ def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, g
 
 
 def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group="",
-                  saved="ab"):
+                  saved="ab", listed=None):
     return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
                         samples=samples, module=forward.py_func.__module__, operands=operands,
-                        group=group, saved=saved))
+                        group=group, saved=saved, listed=listed))
 
 
 def define_special(name, node, kind, saves=False, samples=None):
@@ -106,7 +110,7 @@ def same_kernels(name, node, like, saves=None, samples=None):
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
             samples=samples, module=like.module, operands=like.operands, group=like.group,
-            saved=like.saved, vectorized=like.vectorized)
+            saved=like.saved, vectorized=like.vectorized, listed=like.listed)
     return _register(op)
 
 

@@ -45,6 +45,7 @@ class _ThreadState(threading.local):
         self.anomaly = False
         self.eager = False       # inside recording.eager(): record, compute, then drop
         self.inference = False
+        self.trace = None        # inside tj.compile's first call: the Trace being recorded
 
 
 state = _ThreadState()
@@ -72,7 +73,7 @@ class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "__weakref__")
+                 "tracing", "__weakref__")
 
     def __init__(self):
         self.rec = np.zeros((256, 6), np.int64)
@@ -105,6 +106,7 @@ class Tape:
         self.poisoned = None
         self._producers = None
         self.groups = 0
+        self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
         _serial[0] += 1
         self.serial = _serial[0]
         if getattr(self, "thread", None) is None:   # a reused tape stays in its thread's pool
@@ -387,14 +389,14 @@ def retire_if_due(tape, own_refs):
     where no expression is half-recorded (a value read by Python, the end of a backward),
     so the next op does not link the new tape to this one.  ``own_refs`` counts the
     caller's own references (its locals, the thread state, getrefcount's argument)."""
-    if tape is state.tape and tape.n > 64 and (sys.getrefcount(tape) - own_refs) * 64 < tape.n:
+    if tape is state.tape and not tape.tracing and tape.n > 64 and (sys.getrefcount(tape) - own_refs) * 64 < tape.n:
         retire_current()
 
 
 def retire_current():
     """Called after a backward that freed the graph: later ops start on a fresh tape."""
     tape = state.tape
-    if tape is None:
+    if tape is None or tape.tracing:
         return
     state.tape = None
     pool = state.pool

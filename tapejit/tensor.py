@@ -11,6 +11,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.shapes import wrap_dim
+from tapejit.tape import state as _state
 
 _new = object.__new__
 
@@ -93,6 +94,9 @@ class Tensor:
         tape = self._tape
         if tape is None:
             return self._data
+        if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
+            from tapejit.replay.trace import refuse_read
+            refuse_read()
         tape.flush()
         return tape.value(self)
 
@@ -262,7 +266,10 @@ class Tensor:
         if self._tape is not None and self._rg and not getattr(self, "_retains", False):
             warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
             return None
-        return getattr(self, "_grad", None)
+        g = getattr(self, "_grad", None)
+        if _state.trace is not None:
+            _state.trace.note_grad_read(self, g)
+        return g
 
     @grad.setter
     def grad(self, value):
@@ -272,6 +279,9 @@ class Tensor:
             raise RuntimeError(
                 f"assigned grad has data of a different size: got {list(value._shape)}, "
                 f"expected {list(self._shape)}")
+        if _state.trace is not None:
+            from tapejit.replay.trace import set_grad
+            set_grad(self, value)
         self._grad = value
 
     @property

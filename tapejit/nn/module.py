@@ -17,6 +17,7 @@ from tapejit import dtypes
 from tapejit.grad_mode import no_grad
 from tapejit.nn.parameter import Parameter, set_leaf_value
 from tapejit.printing import type_name
+from tapejit.tape import state as _state
 from tapejit.tensor import Tensor
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -231,6 +232,9 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
+        if _state.trace is not None:   # inside tj.compile: repeated by every replay
+            from tapejit.replay.trace import side_effect
+            return side_effect(type(self).zero_grad, self, set_to_none)
         for param in self.parameters():
             grad = param.grad
             if grad is None:

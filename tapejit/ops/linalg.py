@@ -98,7 +98,11 @@ def _linear_sample(tj, x, w, b):
     return tj.nn.functional.linear(x, w, b)
 
 
-LINEAR = define_kernel("linear", "AddmmBackward0", linear_forward, linear_backward,
+def _bias_operand(ints, p):
+    return [int(ints[p + 4])] if ints[p + 3] else []
+
+
+LINEAR = define_kernel("linear", "AddmmBackward0", linear_forward, linear_backward, listed=_bias_operand,
                        samples=cases(("linear", _linear_sample, [(4, 3), (2, 3), (2,)], anywhere),
                                      ("linear_3d", _linear_sample, [(2, 4, 3), (5, 3), (5,)], anywhere),
                                      ("linear_vec", _linear_sample, [(3,), (2, 3), (2,)], anywhere)))

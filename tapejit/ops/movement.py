@@ -225,7 +225,13 @@ def cat_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         col += inner
 
 
+def _joined_operands(ints, p):
+    """cat/stack list ``[k, outer, operand, inner, operand, inner, ...]`` at ``ints[p]``."""
+    return [int(ints[p + 2 + 2 * j]) for j in range(int(ints[p]))]
+
+
 CAT = define_kernel("cat", "CatBackward0", cat_forward, cat_backward, saves=False, group="copy",
+                    listed=_joined_operands,
                     samples=cases(("cat0", lambda tj, x, y: tj.cat([x, y]), [(2, 3), (4, 3)], anywhere),
                                   ("cat1", lambda tj, x, y: tj.cat([x, y, x], dim=1), [(2, 3), (2, 1)], anywhere)))
 STACK = same_kernels("stack", "StackBackward0", CAT,

@@ -22,6 +22,7 @@ from tapejit.creation import tensor as _new_tensor
 from tapejit.creation import zeros as _new_zeros
 from tapejit.grad_mode import enable_grad
 from tapejit.inplace import note_leaf_write
+from tapejit.tape import state as _state
 from tapejit.tensor import Tensor
 
 __all__ = ["Optimizer", "required"]
@@ -155,6 +156,9 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Reset the gradients: drop them (default) or zero them in place."""
+        if _state.trace is not None:   # inside tj.compile: repeated by every replay
+            from tapejit.replay.trace import side_effect
+            return side_effect(type(self).zero_grad, self, set_to_none)
         for group in self.param_groups:
             for p, grad in with_grads(group):
                 if set_to_none:

@@ -1,0 +1,164 @@
+"""``compiled.batch(*stacked)``: one trace evaluated for every row of a leading batch axis.
+
+The rows are independent replays, so ``replay_batch`` (generated with the sweeps) runs
+them in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
+buffers.  The trace comes from the first row (traced now if this signature is new);
+parameters and constants are read once per call, before the parallel loop.
+
+Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
+per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
+tuple of tensors (stacked results).  A training step updates ``.grad``, which has no
+per-sample meaning, so it is refused.
+"""
+import threading
+
+import numba
+import numpy as np
+
+from tapejit.replay.trace import CompileError
+from tapejit.tensor import Tensor, _concrete
+
+# Numba's "workqueue" threading layer aborts when two threads enter parallel code at once.
+_one_at_a_time = threading.Lock()
+
+
+def _rows_of(x, name):
+    if isinstance(x, Tensor):
+        x = x.detach()._value()
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise CompileError(f"{name}.batch: every batched argument needs a leading batch axis, got a 0-d value")
+    return x
+
+
+def run_batch(compiled, stacked, kwargs):
+    name = compiled.__name__
+    if not stacked:
+        raise CompileError(f"{name}.batch: pass at least one stacked argument")
+    functional = compiled.functional
+    arrays = []
+    batch = None
+    for i, x in enumerate(stacked):
+        if isinstance(x, (Tensor, np.ndarray)) or isinstance(x, (list, tuple)) and x and not isinstance(x[0], str):
+            x = _rows_of(x, name)
+            if batch is None:
+                batch = x.shape[0]
+            elif x.shape[0] != batch:
+                raise CompileError(f"{name}.batch: argument {i} has {x.shape[0]} rows, argument 0 has {batch}")
+            arrays.append(x)
+        else:
+            arrays.append(None)   # a static argument, the same for every row
+    if batch is None:
+        raise CompileError(f"{name}.batch: no argument has a batch axis")
+    first = [x[0] if x is not None else s for x, s in zip(arrays, stacked)]
+    if functional is None:
+        first = [_concrete(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in first]
+    entry = _entry_for(compiled, first, kwargs)
+    frozen = entry.frozen
+    if frozen.mixed:
+        raise CompileError(f"{name}.batch: the trace mixes float32 and float64; batch() needs one dtype")
+    if any(e[0] == "call" for e in frozen.events):
+        raise CompileError(f"{name}.batch: the function resets gradients (zero_grad); batch() replays "
+                           "value-and-gradient functions and functions without backward()")
+    d = frozen.arena
+    tape = frozen.tape
+    dt = tape.vals[d].dtype
+    with frozen.lock:
+        values = [np.asarray(x) if x is not None else None for x in first]
+        if functional is None:
+            values = [x._value() if isinstance(x, Tensor) else x for x in values]
+        frozen.refresh(values)
+        v0 = tape.vals[d].copy()
+    columns = {}
+    width = 0
+    for i, x in enumerate(arrays):
+        if x is not None:
+            columns[i] = width
+            width += int(np.prod(x.shape[1:], dtype=np.int64))
+    inputs = np.empty((batch, width), dt)
+    for i, x in enumerate(arrays):
+        if x is not None:
+            inputs[:, columns[i]:columns[i] + x[0].size] = x.reshape(batch, -1)
+    in_at = np.array([(ld.off, columns[ld.arg], ld.n) for ld in frozen.loads
+                      if ld.arg is not None and ld.arg in columns], np.int64).reshape(-1, 3)
+    if functional is not None:
+        out_slots, grad_at, grad_shapes = _functional_layout(compiled, entry, arrays, batch)
+    else:
+        out_slots, grad_at, grad_shapes = _forward_layout(compiled, entry)
+    out_at = np.array([(off, col, n) for off, col, n, _ in out_slots], np.int64).reshape(-1, 3)
+    outputs = np.zeros((batch, sum(n for _, _, n, _ in out_slots)), dt)
+    grads = np.zeros((batch, sum(n for _, _, n in grad_at)), dt)
+    grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
+    seed_at, seed_values = frozen._fast
+    chunks = max(1, min(batch, 4 * numba.get_num_threads()))
+    with _one_at_a_time:
+        frozen.sweeps.replay_batch(tape.rec, tape.nrec, v0, tape.ints, tape.floats[d], seed_at, seed_values,
+                                   frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks)
+    return _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, len(stacked))
+
+
+def _entry_for(compiled, first, kwargs):
+    from tapejit.replay.compiled import _key
+    key = (tuple(_key(a) for a in first), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+    entry = compiled.traces.get(key)
+    if entry is None:
+        compiled(*first, **kwargs)
+        entry = compiled.traces[key]
+    return entry
+
+
+def _functional_layout(compiled, entry, arrays, batch):
+    d, off, nums, single, differentiated, shapes = entry.functional
+    if compiled.functional[3]:
+        raise CompileError(f"{compiled.__name__}.batch: has_aux=True is not supported by batch()")
+    frozen = entry.frozen
+    grad_at = []
+    grad_shapes = {}
+    col = 0
+    backwards = [e[1] for e in frozen.events if e[0] == "backward"]
+    delivered = {arg: off_ for bw in backwards for _, off_, _, arg, _ in bw.deliveries}
+    for i in differentiated:
+        if arrays[i] is None:
+            raise CompileError(f"{compiled.__name__}.batch: differentiated argument {i} has no batch axis")
+        shape, _ = shapes[i]
+        n = int(np.prod(shape, dtype=np.int64))
+        grad_shapes[i] = (col, shape, n)
+        if i in delivered:
+            grad_at.append((delivered[i], col, n))
+        col += n
+    return [(off, 0, 1, ())], grad_at, grad_shapes
+
+
+def _forward_layout(compiled, entry):
+    frozen = entry.frozen
+    if any(e[0] == "backward" for e in frozen.events):
+        raise CompileError(f"{compiled.__name__}.batch: the function calls backward(), which updates "
+                           ".grad and has no per-sample meaning; batch tj.value_and_grad(f) instead")
+    spec = entry.output.spec
+    items = [spec] if spec[0] == "slot" else spec[1] if spec[0] in ("tuple", "list") else None
+    if items is None or any(s[0] != "slot" for s in items):
+        raise CompileError(f"{compiled.__name__}.batch: the function must return a tensor or a tuple of "
+                           "tensors computed from its arguments")
+    slots = []
+    col = 0
+    for _, _, off, shape, _ in items:
+        n = int(np.prod(shape, dtype=np.int64))
+        slots.append((off, col, n, shape))
+        col += n
+    return slots, [], None
+
+
+def _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, nargs):
+    if compiled.functional is None:
+        stacked = [_concrete(outputs[:, col:col + n].reshape((batch,) + tuple(shape)).copy())
+                   for _, col, n, shape in out_slots]
+        return stacked[0] if entry.output.spec[0] == "slot" else tuple(stacked)
+    _, _, nums, single, _, _ = entry.functional
+    per_arg = []
+    for i in nums:
+        col, shape, n = grad_shapes[i % nargs]
+        per_arg.append(grads[:, col:col + n].reshape((batch,) + tuple(shape)).copy())
+    g = per_arg[0] if single else tuple(per_arg)
+    if compiled.functional[4] == "grad":
+        return g
+    return outputs[:, 0].copy(), g

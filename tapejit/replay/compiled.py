@@ -1,0 +1,359 @@
+"""``tj.compile``: trace a function once per signature, then replay it in Numba.
+
+A signature is what a trace depends on: each argument's kind, shape, dtype and
+``requires_grad`` for tensors and float arrays, and the value itself for anything else
+(Python numbers, strings, integer and boolean arrays: those are baked into the trace, so
+a new value traces again).  Float arguments are passed to ``fn`` as tensors, so the
+trace sees what ``fn`` does with them.
+
+Three forms:
+
+* ``tj.compile(step)`` for a training step: ``step`` may call ``zero_grad()`` and
+  ``loss.backward()``; parameters it closes over are read live at every replay and their
+  gradients accumulate into ``.grad`` as in eager mode.  Results are plain tensors (no
+  ``grad_fn``): a replay runs no Python that could continue their graph.
+* ``tj.compile(tj.value_and_grad(f))`` / ``tj.compile(tj.grad(f))``: the same results as
+  the eager wrapper (a float and NumPy arrays), replayed.
+* ``compiled.batch(*stacked)``: one trace over every row of a leading batch axis, in
+  parallel (see ``batch.py``).
+"""
+import functools
+import numbers
+
+import numpy as np
+
+from tapejit import dtypes
+from tapejit.grad_mode import enable_grad
+from tapejit.replay.frozen import Frozen
+from tapejit.replay.trace import CompileError, Trace, refuse, tracing
+from tapejit.tape import state
+from tapejit.tensor import Tensor, _concrete, _taped
+
+_FLOAT_KINDS = (np.float64, np.float32)
+
+
+def _is_float_array(x):
+    return isinstance(x, np.ndarray) and x.dtype in _FLOAT_KINDS
+
+
+def _key(x):
+    """The part of the signature for one argument (see the module docstring)."""
+    if isinstance(x, Tensor):
+        if x._dtype.is_floating_point:
+            return ("tensor", x._shape, x._dtype.name, bool(x._rg))
+        return ("baked", x._shape, x._dtype.name, x._value().tobytes())
+    if isinstance(x, np.ndarray):
+        if x.dtype in _FLOAT_KINDS:
+            return ("array", x.shape, x.dtype.str)
+        return ("baked", x.shape, x.dtype.str, x.tobytes())
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__,) + tuple(_key(e) for e in x)
+    try:
+        hash(x)
+    except TypeError:
+        return ("object", id(x))
+    return ("value", type(x).__name__, x)
+
+
+class _Inputs:
+    """The flat list of a call's float inputs (tensors and float arrays, nested lists and
+    tuples included), in a fixed order, with their tensors for ``.grad``."""
+
+    def __init__(self):
+        self.values = []
+        self.leaves = []
+
+    def walk(self, x, visit):
+        if isinstance(x, Tensor) and x._dtype.is_floating_point or _is_float_array(x):
+            return visit(self, x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.walk(e, visit) for e in x)
+        return x
+
+
+def _collect(inputs, x):
+    i = len(inputs.values)
+    if isinstance(x, Tensor):
+        inputs.values.append(x._data if x._tape is None else x._value())
+        inputs.leaves.append(x)
+    else:
+        inputs.values.append(x)
+        inputs.leaves.append(None)
+    return i
+
+
+class _Output:
+    """How to rebuild ``fn``'s result after a replay: a tree of tensors from slots,
+    arguments, ``.grad`` reads and constants."""
+
+    def __init__(self, trace, arg_of, result):
+        self.trace = trace
+        self.arg_of = arg_of
+        self.roots = []
+        self.spec = self._spec(result)
+
+    def _spec(self, x):
+        tape = self.trace.tape
+        if isinstance(x, Tensor):
+            if x._tape is tape:
+                if x._rg and not any(e[0] == "backward" for e in self.trace.events):
+                    refuse("returning a tensor that requires grad without calling backward()",
+                           "replayed results are plain tensors with no graph to continue. Call "
+                           "backward() inside the function (a training step), compile "
+                           "tj.value_and_grad(f), or run it under tj.no_grad().")
+                self.roots.append((x._dtype.arena, x._off))
+                return ("slot", x._dtype.arena, x._off, x._shape, x._dtype)
+            if id(x) in self.arg_of:
+                return ("arg", self.arg_of[id(x)])
+            read = self.trace.grads_read.get(id(x))
+            if read is not None:
+                leaf = read[0]
+                return ("grad", self.arg_of.get(id(leaf)), leaf)
+            return ("const", x)
+        if isinstance(x, (list, tuple)):
+            return (type(x).__name__, [self._spec(e) for e in x])
+        if isinstance(x, dict):
+            return ("dict", [(k, self._spec(v)) for k, v in x.items()])
+        return ("const", x)
+
+    def build(self, frozen, leaves, spec=None):
+        kind, *rest = self.spec if spec is None else spec
+        if kind == "slot":
+            d, off, shape, dt = rest
+            return _concrete(frozen.value(d, off, shape))
+        if kind == "arg":
+            return leaves[rest[0]]
+        if kind == "grad":
+            arg, leaf = rest
+            return (leaves[arg] if arg is not None else leaf).grad
+        if kind == "const":
+            return rest[0]
+        if kind == "dict":
+            return {k: self.build(frozen, leaves, s) for k, s in rest[0]}
+        items = [self.build(frozen, leaves, s) for s in rest[0]]
+        return tuple(items) if kind == "tuple" else items
+
+
+class _Entry:
+    """One trace of a compiled function: its frozen tape and how to call and answer."""
+
+    def __init__(self, frozen, output, functional=None):
+        self.frozen = frozen
+        self.output = output
+        self.functional = functional
+
+
+class Compiled:
+    """The result of ``tj.compile(fn)``; see the module docstring."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.functional = getattr(fn, "_tapejit_functional", None)
+        self.traces = {}
+        self._keep = []    # unhashable static arguments, kept alive (their ids are in the keys)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __repr__(self):
+        return f"<tj.compile({self.__name__}): {self.stats()}>"
+
+    # ---- what it holds --------------------------------------------------------------------
+
+    def stats(self):
+        """Traces, records per trace and bytes of buffers."""
+        entries = list(self.traces.values())
+        return {"traces": len(entries),
+                "records": [e.frozen.records for e in entries],
+                "records_traced": [e.frozen.records_traced for e in entries],
+                "bytes": sum(e.frozen.nbytes for e in entries)}
+
+    # ---- calls ----------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        if state.trace is not None:      # called while another function is traced: inline it
+            return self.fn(*args, **kwargs)
+        key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        entry = self.traces.get(key)
+        if entry is None:
+            if any(k[0] == "object" for k in key[0]) or any(v[0] == "object" for _, v in key[1]):
+                self._keep.append((args, kwargs))
+            entry, result = self._trace(args, kwargs)
+            self.traces[key] = entry
+            return result
+        return self._replay(entry, args, kwargs)
+
+    def _flatten(self, args, kwargs):
+        inputs = _Inputs()
+        args = inputs.walk(list(args), _collect_index)
+        kwargs = {k: inputs.walk(v, _collect_index) for k, v in kwargs.items()}
+        return inputs, args, kwargs
+
+    def _replay(self, entry, args, kwargs):
+        if self.functional is not None:
+            return self._replay_functional(entry, args, kwargs)
+        inputs, _, _ = self._flatten(args, kwargs)
+        frozen = entry.frozen
+        with frozen.lock:
+            frozen.run(inputs.values, inputs.leaves)
+            return entry.output.build(frozen, inputs.leaves)
+
+    def _trace(self, args, kwargs):
+        if self.functional is not None:
+            return self._trace_functional(args, kwargs)
+        trace = Trace(self.__name__)
+        inputs, flat_args, flat_kwargs = self._flatten(args, kwargs)
+        arg_of = {}
+        with tracing(trace):
+            call_args = [_placeholder(trace, inputs, a, arg_of) for a in flat_args]
+            call_kwargs = {k: _placeholder(trace, inputs, v, arg_of) for k, v in flat_kwargs.items()}
+            result = self.fn(*call_args, **call_kwargs)
+            output = _Output(trace, arg_of, result)
+        frozen = Frozen(trace, arg_of, output.roots)
+        entry = _Entry(frozen, output)
+        return entry, output.build(frozen, inputs.leaves)
+
+    # ---- tj.compile(tj.value_and_grad(f)) / tj.compile(tj.grad(f)) --------------------------
+
+    def _trace_functional(self, args, kwargs):
+        from tapejit import functional as F
+        fun, nums, single, has_aux, kind = self.functional
+        name = f"{kind}({getattr(fun, '__name__', 'f')})"
+        if max(nums) >= len(args) or min(nums) < -len(args):
+            raise TypeError(f"{kind}: argnums {nums!r} is out of range for {len(args)} positional arguments")
+        trace = Trace(name)
+        args = list(args)
+        differentiated = list(dict.fromkeys(i % len(args) for i in nums))
+        arg_of = {}
+        leaves = {}
+        with tracing(trace):
+            call_args = list(args)
+            for i, a in enumerate(args):
+                if i in differentiated:
+                    leaf = F._leaf(a, kind, i)
+                    leaves[i] = leaf
+                    arg_of[id(leaf)] = i
+                    call_args[i] = leaf
+                elif isinstance(a, Tensor) and a._dtype.is_floating_point or _is_float_array(a):
+                    call_args[i] = _load_input(trace, a, i, arg_of)
+            with enable_grad():
+                out = fun(*call_args, **kwargs)
+            aux = None
+            if has_aux:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise TypeError(f"{kind}: with has_aux=True the function must return (value, aux)")
+                out, aux = out
+            out = F._scalar_output(out, kind)
+            if not (isinstance(out, Tensor) and out._tape is trace.tape):
+                refuse("a function whose value does not depend on its arguments",
+                       "there is nothing to replay.")
+            if out._rg:
+                trace.events.append(("backward", [(out._dtype.arena, out._off, 1, None)],
+                                     [leaves[i] for i in differentiated]))
+            output = _Output(trace, arg_of, aux)
+        roots = output.roots + [(out._dtype.arena, out._off)]
+        frozen = Frozen(trace, arg_of, roots)
+        entry = _Entry(frozen, output, functional=(out._dtype.arena, out._off, nums, single, differentiated,
+                                                   {i: (leaves[i]._shape, leaves[i]._dtype.np) for i in leaves}))
+        values = [None] * len(args)
+        for i in differentiated:
+            values[i] = leaves[i]._data
+        for i, a in enumerate(args):
+            if i not in differentiated and (isinstance(a, Tensor) and a._dtype.is_floating_point
+                                            or _is_float_array(a)):
+                values[i] = a._value() if isinstance(a, Tensor) else a
+        with frozen.lock:
+            return entry, self._answer(entry, values, args)
+
+    def _replay_functional(self, entry, args, kwargs):
+        values = []
+        differentiated = entry.functional[4]
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                a = a._data if a._tape is None else a._value()
+            values.append(np.asarray(a) if i in differentiated or _is_float_array(a) else None)
+        with entry.frozen.lock:
+            return self._answer(entry, values, args)
+
+    def _answer(self, entry, values, args):
+        d, off, nums, single, differentiated, shapes = entry.functional
+        _, _, _, has_aux, kind = self.functional
+        frozen = entry.frozen
+        collected = []
+        frozen.run(values, [None] * len(values), collect=collected)
+        value = float(frozen.tape.vals[d][off])
+        by_arg = {arg: g for arg, _, g in collected}
+        grads = []
+        for i in nums:
+            i %= len(args)
+            g = by_arg.get(i)
+            if g is None:
+                shape, dt = shapes[i]
+                g = np.zeros(shape, dt)
+            grads.append(g.copy() if any(g is h for h in grads) else g)
+        grads = grads[0] if single else tuple(grads)
+        aux = entry.output.build(frozen, [None] * len(values)) if has_aux else None
+        if kind == "grad":
+            return (grads, aux) if has_aux else grads
+        return ((value, aux) if has_aux else value), grads
+
+    # ---- batched replay -------------------------------------------------------------------
+
+    def batch(self, *stacked, **kwargs):
+        """Evaluate the trace for every row of the stacked arguments, in parallel."""
+        from tapejit.replay.batch import run_batch
+        return run_batch(self, stacked, kwargs)
+
+
+def _load_input(trace, x, i, arg_of):
+    """Argument ``i`` on the trace's tape, as a tensor ``fn`` receives: a load record whose
+    slot each replay refills."""
+    if not isinstance(x, Tensor):
+        x = _concrete(np.ascontiguousarray(x))
+    elif x._tape is not None:
+        if x._rg:
+            refuse(f"argument {i}, a tensor with a graph (it requires grad and is not a leaf)",
+                   "a replay cannot continue a graph recorded outside the function. Pass leaf "
+                   "tensors, or detach() it.")
+        x = _concrete(np.array(x._value()))
+    tape = trace.tape
+    dt = x._dtype
+    off = tape.load(x, dt)
+    arg_of[id(x)] = i
+    return _taped(tape, off, x._shape, x._numel, dt, False)
+
+
+def _placeholder(trace, inputs, a, arg_of):
+    """What ``fn`` receives for one (flattened) argument: indices from ``_flatten`` become a
+    leaf argument (it requires grad: passed as is) or a loaded input."""
+    if isinstance(a, (list, tuple)):
+        return type(a)(_placeholder(trace, inputs, e, arg_of) for e in a)
+    if not isinstance(a, _Index):
+        return a
+    x = inputs.leaves[a] if inputs.leaves[a] is not None else inputs.values[a]
+    if isinstance(x, Tensor) and x._rg:
+        if x._tape is not None:
+            refuse(f"argument {a}, a tensor with a graph (it requires grad and is not a leaf)",
+                   "a replay cannot continue a graph recorded outside the function. Pass leaf "
+                   "tensors, or detach() it.")
+        arg_of[id(x)] = a
+        return x
+    return _load_input(trace, x, a, arg_of)
+
+
+class _Index(int):
+    """A flattened argument's position (tells it apart from an int argument)."""
+
+
+def _collect_index(inputs, x):
+    return _Index(_collect(inputs, x))
+
+
+def compile(fn=None, **options):
+    """``tj.compile(fn)`` or ``@tj.compile``: see ``tapejit.replay.compiled``."""
+    if options:
+        raise TypeError(f"tj.compile: unexpected options {sorted(options)}")
+    if fn is None:
+        return compile
+    if isinstance(fn, Compiled):
+        return fn
+    return Compiled(fn)

@@ -1,0 +1,303 @@
+"""A frozen trace: the tape of a first call, cut down to what its results need, replayed.
+
+``freeze`` drops the records that reach neither a returned tensor nor a ``backward()``
+root, works out once which leaves each backward reaches (the graph no longer changes,
+so neither does that), and sorts the loads into those a replay must refresh -- the
+arguments, and tensors ``fn`` closes over, read live so an optimizer's updates take
+effect -- and constants made inside ``fn``, which stay as they are in the arena.
+
+``Frozen.run`` is one replay: refresh the loads, then (the usual case: one float dtype,
+one backward from a scalar) a single compiled call runs the forward sweep, seeds the
+root and runs the backward sweep; Python then hands gradients to the leaves.  Buffers
+belong to the trace, so a replay allocates nothing but its results.
+"""
+import threading
+
+import numpy as np
+
+from tapejit import registry
+from tapejit.ops.core import CAST
+from tapejit.replay.trace import CompileError, refuse
+from tapejit.tape import sweeps
+from tapejit.tensor import Tensor
+
+_LOAD = None
+
+
+def _load_opcode():
+    global _LOAD
+    if _LOAD is None:
+        _LOAD = registry.BY_NAME["load"].opcode
+    return _LOAD
+
+
+def _decode(field):
+    return field if field >= 0 else ~field
+
+
+class Load:
+    """One slot a replay refreshes: argument ``arg`` or live tensor ``source``."""
+    __slots__ = ("arena", "off", "n", "arg", "source", "shape")
+
+    def __init__(self, arena, off, n, arg, source, shape):
+        self.arena, self.off, self.n, self.arg, self.source, self.shape = arena, off, n, arg, source, shape
+
+
+class Backward:
+    """A ``backward()`` of the trace: seeds, and where its gradients go."""
+    __slots__ = ("seeds", "deliveries")
+
+    def __init__(self, seeds, deliveries):
+        self.seeds = seeds              # [(arena, off, n, None | ("slot", arena, off) | ("value", array))]
+        self.deliveries = deliveries    # [(arena, off, shape, arg index or None, leaf tensor or None)]
+
+
+def _operands(row, ints):
+    """``[(arena, encoded field)]`` of every tensor operand of record ``row``."""
+    code, out, a, b, p, q = row
+    op = registry.OPS[code >> 1]
+    d = code & 1
+    if op.kind == "load":
+        return []
+    da = 1 - d if op is CAST else d
+    fields = [(da, a), (d, b)]
+    if op.listed is not None:
+        fields += [(d, f) for f in op.listed(ints, p)]
+    return fields
+
+
+def _live_records(rows, ints, roots):
+    """Which records some slot in ``roots`` ({(arena, off)}) depends on (dead-code pass)."""
+    live = set(roots)
+    keep = [False] * len(rows)
+    for r in range(len(rows) - 1, -1, -1):
+        row = rows[r]
+        if (row[0] & 1, row[1]) not in live:
+            continue
+        keep[r] = True
+        for d, f in _operands(row, ints):
+            live.add((d, _decode(f)))
+    return keep
+
+
+def _reached(rows, ints, seeds):
+    """Slots the backward sweep reaches from ``seeds``: the sweep's flags, worked out once."""
+    reached = set(seeds)
+    for r in range(len(rows) - 1, -1, -1):
+        row = rows[r]
+        if (row[0] & 1, row[1]) not in reached:
+            continue
+        for d, f in _operands(row, ints):
+            if f >= 0:
+                reached.add((d, f))
+    return reached
+
+
+class Frozen:
+    """A trace ready to replay (see the module docstring)."""
+
+    def __init__(self, trace, arg_of, roots):
+        """``arg_of``: {id(tensor): argument index} for the argument tensors the trace loaded;
+        ``roots``: [(arena, off)] of the slots the caller reads after a replay."""
+        tape = trace.tape
+        tape.flush()
+        self.name = trace.name
+        self.lock = threading.Lock()
+        rows = tape.rec[:tape.nrec].tolist()
+        ints = tape.ints
+        backwards = [e for e in trace.events if e[0] == "backward"]
+        live = set(roots)
+        for _, entries, _ in backwards:
+            for d, off, _, seed in entries:
+                live.add((d, off))
+                if seed is not None and seed[0] == "slot":
+                    live.add(seed[1:])
+        keep = _live_records(rows, ints, live)
+        self.records_traced = len(rows)
+        kept = [r for r in range(len(rows)) if keep[r]]
+        load = _load_opcode()
+        sources = tape.sources
+        self.loads = []
+        load_outs = [[], []]
+        for r in kept:
+            code, out, _, _, index, n = rows[r]
+            if code >> 1 != load:
+                continue
+            d = code & 1
+            load_outs[d].append(out)
+            src = sources[index]
+            if not isinstance(src, Tensor):
+                refuse("a custom autograd.Function", "its backward is Python code.")
+            if id(src) in trace.grads_read:
+                refuse("a .grad read after backward() is used in a computation",
+                       "a replay computes every value before it runs backward().")
+            arg = arg_of.get(id(src))
+            if arg is not None:
+                self.loads.append(Load(d, out, n, arg, None, src._shape))
+            elif src._tape is not None:
+                if src._rg:
+                    refuse(f"a {list(src._shape)} tensor computed outside the function and requiring grad",
+                           "its gradient would have to flow into another graph. Pass its leaves "
+                           "instead, or detach() it.")
+                self.loads.append(Load(d, out, n, None, src, src._shape))
+            elif id(src) not in trace.created:
+                self.loads.append(Load(d, out, n, None, src, src._shape))
+        self.load_outs = [np.array(o, np.int64) for o in load_outs]
+        # The tape, cut to the live records; offsets stay, so values need no moving.
+        tape.rec = np.ascontiguousarray(tape.rec[kept]) if kept else np.zeros((1, 6), np.int64)
+        tape.n = tape.nrec = tape.cap = len(kept)
+        tape.freed = np.zeros(max(len(kept), 1), np.uint8)
+        tape._producers = None
+        tape.ensure_adjoints()
+        for f in tape.flags:
+            f[:] = 0
+        self.tape = tape
+        self.events = []
+        kept_rows = [rows[r] for r in kept]
+        grad_loads = {(d, off): sources[index] for index, d, off in tape.grad_loads}
+        for event in trace.events:
+            if event[0] == "call":
+                self.events.append(event)
+                continue
+            _, entries, only = event
+            reached = _reached(kept_rows, ints, [(d, off) for d, off, _, _ in entries])
+            only_ids = None if only is None else {id(t) for t in only}
+            deliveries = []
+            for (d, off), src in grad_loads.items():
+                if (d, off) not in reached or (only_ids is not None and id(src) not in only_ids):
+                    continue
+                deliveries.append((d, off, src._shape, arg_of.get(id(src)),
+                                   None if id(src) in arg_of else src))
+            self.events.append(("backward", Backward(entries, deliveries)))
+        self.mixed = bool(tape.cursor[0] and tape.cursor[1])
+        self.arena = 1 if tape.cursor[1] and not tape.cursor[0] else 0
+        self._fast = self._fast_path()
+        self.sweeps = sweeps(tape.groups)
+
+    # ---- facts ----------------------------------------------------------------------------
+
+    @property
+    def records(self):
+        return self.tape.nrec
+
+    @property
+    def nbytes(self):
+        t = self.tape
+        arrays = [t.rec, t.ints, t.freed] + list(t.floats) + list(t.vals) + list(t.adj) + list(t.flags)
+        return sum(a.nbytes for a in arrays)
+
+    def _fast_path(self):
+        """Seed arrays for the single compiled call, or None when Python must run between
+        the sweeps (two dtypes, several backward passes, a seed read from a slot)."""
+        if self.mixed:
+            return None
+        backwards = [e for e in self.events if e[0] == "backward"]
+        if len(backwards) > 1:
+            return None
+        seeds = backwards[0][1].seeds if backwards else []
+        if any(seed is not None and seed[0] == "slot" for *_, seed in seeds):
+            return None
+        dt = self.tape.vals[self.arena].dtype
+        at = np.array([(off, n) for _, off, n, _ in seeds], np.int64).reshape(-1, 2)
+        values = [np.ones(n, dt) if seed is None else seed[1].astype(dt) for _, _, n, seed in seeds]
+        return at, (np.concatenate(values) if values else np.zeros(0, dt))
+
+    # ---- one replay -----------------------------------------------------------------------
+
+    def refresh(self, inputs):
+        """Copy the arguments (``inputs``: arrays by argument index) and live tensors in."""
+        vals = self.tape.vals
+        for load in self.loads:
+            if load.arg is not None:
+                value = inputs[load.arg]
+            else:
+                src = load.source
+                if src._shape != load.shape:
+                    raise CompileError(
+                        f"tj.compile({self.name}): a tensor the function uses changed shape from "
+                        f"{list(load.shape)} to {list(src._shape)} since it was traced; compile the "
+                        f"function again")
+                value = src._data if src._tape is None else src._value()
+            if load.n == 1:
+                vals[load.arena][load.off] = value.item() if value.ndim else value[()]
+            else:
+                vals[load.arena][load.off:load.off + load.n] = value.reshape(-1)
+
+    def run(self, inputs, leaves, collect=None):
+        """One replay.  ``leaves[i]``: the tensor argument ``i`` whose ``.grad`` receives its
+        gradient; with ``collect`` (a list), gradients are appended there as
+        ``(arg, leaf, array)`` instead of going to ``.grad``."""
+        self.refresh(inputs)
+        tape = self.tape
+        fast = self._fast
+        if fast is not None:
+            d = self.arena
+            r = self.sweeps.replay(tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d],
+                                   tape.freed, tape.ints, tape.floats[d], fast[0], fast[1],
+                                   self.load_outs[d])
+            if r >= 0:
+                raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
+            for event in self.events:
+                if event[0] == "call":
+                    event[1](*event[2])
+                else:
+                    self._deliver(event[1], leaves, collect)
+            return
+        tape._run_forward(0, tape.nrec)
+        for event in self.events:
+            if event[0] == "call":
+                event[1](*event[2])
+            else:
+                self._backward(event[1])
+                self._deliver(event[1], leaves, collect)
+
+    def _backward(self, bw):
+        """A backward event, segment by segment (two dtypes, or a seed from a slot)."""
+        from tapejit.engine import _cast_backward
+        tape = self.tape
+        for d, off, n, seed in bw.seeds:
+            if seed is None:
+                value = 1.0
+            elif seed[0] == "slot":
+                value = tape.vals[seed[1]][seed[2]:seed[2] + n]
+            else:
+                value = seed[1]
+            flags, adj = tape.flags[d], tape.adj[d]
+            if flags[off]:
+                adj[off:off + n] += value
+            else:
+                adj[off:off + n] = value
+                flags[off] = 1
+        sw = self.sweeps
+        segments = tape.segments(0, tape.nrec, CAST.opcode)
+        for start, end, kind in reversed(list(segments)):
+            if kind == "cast":
+                _cast_backward(tape, start, True)
+            else:
+                r = sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind], tape.flags[kind],
+                                tape.freed, tape.ints, tape.floats[kind], True)
+                if r >= 0:
+                    raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
+        for d in (0, 1):
+            tape.flags[d][self.load_outs[d]] = 0
+
+    def _deliver(self, bw, leaves, collect):
+        from tapejit.engine import _deliver_leaf
+        adj = self.tape.adj
+        for d, off, shape, arg, leaf in bw.deliveries:
+            if arg is not None:
+                leaf = leaves[arg]
+            n = 1
+            for s in shape:
+                n *= s
+            g = adj[d][off:off + n].reshape(shape)
+            if collect is not None:
+                collect.append((arg, leaf, g.copy()))
+            else:
+                _deliver_leaf(leaf, g, None, None, True)
+
+    def value(self, arena, off, shape):
+        n = 1
+        for s in shape:
+            n *= s
+        return self.tape.vals[arena][off:off + n].reshape(shape).copy()
