@@ -105,7 +105,7 @@ def apply_inplace(t, compute, op="in-place op"):
                 f"result type {result._dtype.name.capitalize()} can't be cast to the desired output "
                 f"type {t._dtype.name.capitalize()}")
         result = cast(result, t._dtype)
-    if t._tape is None and not result._rg:
+    if t._tape is None and result._tape is None:
         value = result._value()
         note_leaf_write(t, before)
         np.copyto(t._data, value)

@@ -333,6 +333,9 @@ class Tensor:
     def detach(self):
         """Same value, no history: a new leaf sharing the value (the leaf's array, or a view
         of the arena slot)."""
+        tape = self._tape
+        if tape is not None and tape.tracing:   # tj.compile: the slot itself, recomputed by replays
+            return _taped(tape, self._off, self._shape, self._numel, self._dtype, False)
         return _concrete(self._value())
 
     def detach_(self):

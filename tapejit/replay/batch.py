@@ -98,8 +98,7 @@ def run_batch(compiled, stacked, kwargs):
 
 
 def _entry_for(compiled, first, kwargs):
-    from tapejit.replay.compiled import _key
-    key = (tuple(_key(a) for a in first), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+    key = compiled.signature(first, kwargs)
     entry = compiled.traces.get(key)
     if entry is None:
         compiled(*first, **kwargs)

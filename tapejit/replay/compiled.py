@@ -172,7 +172,7 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if state.trace is not None:      # called while another function is traced: inline it
             return self.fn(*args, **kwargs)
-        key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        key = self.signature(args, kwargs)
         entry = self.traces.get(key)
         if entry is None:
             if any(k[0] == "object" for k in key[0]) or any(v[0] == "object" for _, v in key[1]):
@@ -181,6 +181,18 @@ class Compiled:
             self.traces[key] = entry
             return result
         return self._replay(entry, args, kwargs)
+
+    def signature(self, args, kwargs):
+        keys = [_key(a) for a in args]
+        if self.functional is not None:
+            # Differentiated arguments become float leaves whatever they are (a Python float,
+            # an int array): only their shape and the leaf's dtype matter.
+            for i in self.functional[1]:
+                if -len(args) <= i < len(args):
+                    a = args[i]
+                    a = a.detach()._value() if isinstance(a, Tensor) else np.asarray(a)
+                    keys[i] = ("leaf", a.shape, np.float32 if a.dtype == np.float32 else np.float64)
+        return tuple(keys), tuple(sorted((k, _key(v)) for k, v in kwargs.items()))
 
     def _flatten(self, args, kwargs):
         inputs = _Inputs()

@@ -134,13 +134,15 @@ class Frozen:
             arg = arg_of.get(id(src))
             if arg is not None:
                 self.loads.append(Load(d, out, n, arg, None, src._shape))
+            elif id(src) in trace.created:
+                pass   # made inside fn from no argument: the same value on every call
             elif src._tape is not None:
                 if src._rg:
                     refuse(f"a {list(src._shape)} tensor computed outside the function and requiring grad",
                            "its gradient would have to flow into another graph. Pass its leaves "
                            "instead, or detach() it.")
                 self.loads.append(Load(d, out, n, None, src, src._shape))
-            elif id(src) not in trace.created:
+            else:
                 self.loads.append(Load(d, out, n, None, src, src._shape))
         self.load_outs = [np.array(o, np.int64) for o in load_outs]
         # The tape, cut to the live records; offsets stay, so values need no moving.

@@ -30,6 +30,7 @@ _FRIENDLY = {
     "__format__": "formatting a tensor",
     "__gt__": "the comparison `>`", "__ge__": "the comparison `>=`", "__lt__": "the comparison `<`",
     "__le__": "the comparison `<=`", "__eq__": "the comparison `==`", "__ne__": "the comparison `!=`",
+    "compare": "a tensor comparison (`<`, `>`, `==`, ...)",
 }
 
 
@@ -149,6 +150,9 @@ class tracing:
     def __exit__(self, *exc):
         state.tape, state.eager = self.saved
         state.trace = None
+        # Tensors left from the trace stay readable (in a traceback, say); the frozen tape is
+        # not any thread's current tape, so nothing records on it again.
+        self.trace.tape.tracing = False
         return False
 
 

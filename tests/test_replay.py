@@ -1,0 +1,513 @@
+"""``tj.compile``: replays equal eager mode, for every op and for whole programs; what a
+replay cannot repeat is refused; batched replay equals a loop of single replays."""
+import threading
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+import tapejit.nn as nn
+import tapejit.nn.functional as F
+from tapejit import CompileError
+
+from test_gradients import CASES
+
+
+def _perturbed(inputs, seed):
+    """New inputs in the same domain: a relative change of at most 2% keeps signs, order and
+    distance from kinks of the ops' sample domains."""
+    rng = np.random.default_rng(seed)
+    return [x * (1.0 + 0.02 * rng.uniform(-1.0, 1.0, size=x.shape)) for x in inputs]
+
+
+def _weighted(fn, u):
+    """The scalar ``sum(fn(...) * u)``: its gradient is the VJP with cotangent ``u``."""
+    def loss(*xs):
+        return (fn(tj, *xs) * tj.from_numpy(u)).sum()
+    return loss
+
+
+# ---- every op: replay on new inputs equals eager -------------------------------------------
+
+@pytest.mark.parametrize("op, label, fn, inputs", CASES)
+def test_replay_equals_eager_for_every_op(op, label, fn, inputs):
+    out = fn(tj, *[tj.from_numpy(x) for x in inputs])
+    u = np.random.default_rng(len(label)).uniform(0.5, 1.5, size=tuple(out.shape))
+    loss = _weighted(fn, u)
+    argnums = tuple(range(len(inputs)))
+    compiled = tj.compile(tj.value_and_grad(loss, argnums=argnums))
+    eager = tj.value_and_grad(loss, argnums=argnums)
+    first_value, first_grads = compiled(*inputs)
+    value, grads = eager(*inputs)
+    assert first_value == pytest.approx(value, rel=1e-12, abs=1e-12)
+    for seed in (1, 2):
+        new = _perturbed(inputs, seed)
+        value, grads = eager(*new)
+        replay_value, replay_grads = compiled(*new)
+        assert replay_value == pytest.approx(value, rel=1e-12, abs=1e-12)
+        for g, h in zip(replay_grads, grads):
+            np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-12)
+    assert compiled.stats()["traces"] == 1
+
+
+@pytest.mark.parametrize("op, label, fn, inputs", CASES[::7])
+def test_training_step_form_equals_eager_for_ops(op, label, fn, inputs):
+    """The same cases as a step that calls backward(): gradients land in .grad."""
+    out = fn(tj, *[tj.from_numpy(x) for x in inputs])
+    u = tj.from_numpy(np.random.default_rng(3).uniform(0.5, 1.5, size=tuple(out.shape)))
+
+    def step(*xs):
+        loss = (fn(tj, *xs) * u).sum()
+        loss.backward()
+        return loss
+
+    compiled = tj.compile(step)
+    for seed in (0, 1, 2):
+        new = _perturbed(inputs, seed)
+        eager_leaves = [tj.tensor(x, requires_grad=True) for x in new]
+        replay_leaves = [tj.tensor(x, requires_grad=True) for x in new]
+        expected = step(*eager_leaves)
+        got = compiled(*replay_leaves)
+        assert got.item() == pytest.approx(expected.item(), rel=1e-12, abs=1e-12)
+        for a, b in zip(replay_leaves, eager_leaves):
+            if b.grad is None:
+                assert a.grad is None
+            else:
+                np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# ---- programs ------------------------------------------------------------------------------
+
+def _random_program(rng, n_ops):
+    """A random straight-line program over a 6-vector: (ops, fn)."""
+    unary = [tj.tanh, tj.sin, lambda x: F.softplus(x), lambda x: x * x, tj.exp, lambda x: -x,
+             lambda x: x.sum(0, keepdim=True) * 0.1 + x, lambda x: x.reshape(2, 3).t().reshape(6)]
+    binary = [tj.add, tj.mul, tj.sub, lambda x, y: x * 0.5 + y.mean(),
+              lambda x, y: tj.maximum(x, y), lambda x, y: tj.cat([x[:3], y[3:]])]
+    plan = [(int(rng.integers(0, 2)), int(rng.integers(0, 8)), int(rng.integers(0, 100)),
+             int(rng.integers(0, 100))) for _ in range(n_ops)]
+
+    def fn(x, w):
+        nodes = [x, w, x * w]
+        for kind, which, i, j in plan:
+            a = nodes[-1 - i % min(len(nodes), 6)]
+            b = nodes[-1 - j % min(len(nodes), 6)]
+            if kind == 0:
+                nodes.append(tj.tanh(unary[which](a)))
+            else:
+                nodes.append(tj.tanh(binary[which % len(binary)](a, b)))
+        return (nodes[-1] * nodes[-2]).sum() + nodes[-3].mean()
+    return fn
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_replay_like_eager(seed):
+    rng = np.random.default_rng(seed)
+    fn = _random_program(rng, 25)
+    compiled = tj.compile(tj.value_and_grad(fn, argnums=(0, 1)))
+    eager = tj.value_and_grad(fn, argnums=(0, 1))
+    for _ in range(4):
+        x, w = rng.uniform(-1, 1, 6), rng.uniform(-1, 1, 6)
+        value, (gx, gw) = compiled(x, w)
+        ref, (rx, rw) = eager(x, w)
+        assert value == pytest.approx(ref, rel=1e-12)
+        np.testing.assert_allclose(gx, rx, rtol=1e-11, atol=1e-14)
+        np.testing.assert_allclose(gw, rw, rtol=1e-11, atol=1e-14)
+
+
+def _mlp(seed, dtype=tj.float32):
+    tj.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to(dtype)
+    return model
+
+
+@pytest.mark.parametrize("optimizer, loss_name", [("SGD", "mse"), ("Adam", "cross_entropy")])
+def test_training_step_trajectory_equals_eager_for_30_steps(optimizer, loss_name):
+    rng = np.random.default_rng(0)
+    x = tj.from_numpy(rng.standard_normal((16, 3)).astype(np.float32))
+    if loss_name == "mse":
+        y = tj.from_numpy(rng.standard_normal((16, 2)).astype(np.float32))
+        loss_fn = nn.MSELoss()
+    else:
+        y = tj.from_numpy(rng.integers(0, 2, 16))
+        loss_fn = nn.CrossEntropyLoss()
+    trajectories = []
+    for compiled in (False, True):
+        model = _mlp(1)
+        opt = getattr(tj.optim, optimizer)(model.parameters(), lr=0.01)
+
+        def step(xb, yb):
+            opt.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            return loss
+
+        run = tj.compile(step) if compiled else step
+        losses = []
+        for _ in range(30):
+            losses.append(run(x, y).item())
+            opt.step()
+        trajectories.append((losses, [p.detach().numpy().copy() for p in model.parameters()]))
+        if compiled:
+            assert run.stats()["traces"] == 1
+    (eager_losses, eager_params), (replay_losses, replay_params) = trajectories
+    np.testing.assert_allclose(replay_losses, eager_losses, rtol=1e-6)
+    for a, b in zip(replay_params, eager_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert eager_losses[-1] < eager_losses[0]
+
+
+def test_gradients_accumulate_without_zero_grad_as_in_eager():
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+
+    @tj.compile
+    def step(x):
+        loss = (w * x).sum() ** 2
+        loss.backward()
+        return loss
+
+    x = tj.tensor([3.0, 4.0])
+    step(x)
+    step(x)
+    step(x)
+    np.testing.assert_allclose(w.grad.numpy(), 3 * 2 * 11.0 * np.array([3.0, 4.0]))
+    w.grad = None
+    step(tj.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(w.grad.numpy(), [6.0, 6.0])
+
+
+def test_parameters_are_read_live_after_in_place_and_data_updates():
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+    f = tj.compile(lambda x: (w * x).sum().detach())
+    x = tj.tensor([1.0, 1.0])
+    assert f(x).item() == 3.0
+    with tj.no_grad():
+        w.mul_(2.0)
+    assert f(x).item() == 6.0
+    w.data = tj.tensor([5.0, 5.0])
+    assert f(x).item() == 10.0
+
+
+def test_a_new_signature_traces_again_and_both_are_kept():
+    f = tj.compile(tj.value_and_grad(lambda x: (x ** 3).sum()))
+    assert f(np.ones(3))[0] == 3.0
+    assert f(np.ones(5))[0] == 5.0
+    value, g = f(np.full(3, 2.0))
+    assert value == 24.0
+    np.testing.assert_allclose(g, [12.0, 12.0, 12.0])
+    assert f(np.ones(2, np.float32))[1].dtype == np.float32
+    stats = f.stats()
+    assert stats["traces"] == 3
+    assert all(r > 0 for r in stats["records"])
+    assert stats["bytes"] > 0
+    assert "traces" in repr(f)
+
+
+def test_python_scalars_are_part_of_the_signature():
+    f = tj.compile(lambda x, k: (x * k).sum())
+    x = tj.ones(3)
+    assert f(x, 2.0).item() == 6.0
+    assert f(x, 3.0).item() == 9.0
+    assert f.stats()["traces"] == 2
+
+
+def test_dead_records_are_dropped():
+    def fn(x):
+        unused = tj.exp(x) * 3.0   # noqa: F841  (dead: reaches no result)
+        return (x * x).sum()
+    f = tj.compile(tj.value_and_grad(fn))
+    f(np.arange(4.0))
+    stats = f.stats()
+    assert stats["records"][0] < stats["records_traced"][0]
+    value, g = f(np.arange(4.0) + 1)
+    assert value == 30.0
+    np.testing.assert_allclose(g, 2 * (np.arange(4.0) + 1))
+
+
+def test_grad_and_has_aux_forms():
+    def f(x, y):
+        loss = (x * y).sum()
+        return loss, x * 2
+    g = tj.compile(tj.grad(f, argnums=1, has_aux=True))
+    for k in (1.0, 2.0):
+        grads, aux = g(np.full(3, k), np.ones(3))
+        np.testing.assert_allclose(grads, np.full(3, k))
+        np.testing.assert_allclose(aux.numpy(), np.full(3, 2 * k))
+
+
+def test_unused_argument_gets_a_zero_gradient_like_eager():
+    f = tj.compile(tj.value_and_grad(lambda x, y: (x * x).sum(), argnums=(0, 1)))
+    for _ in range(2):
+        _, (gx, gy) = f(np.ones(2), np.ones(3))
+        np.testing.assert_allclose(gy, np.zeros(3))
+
+
+def test_mixed_float32_and_float64_trace():
+    w = tj.tensor([0.5, -1.0], dtype=tj.float32, requires_grad=True)
+
+    @tj.compile
+    def step(x):
+        loss = (w.double() * x).sum() ** 2
+        loss.backward()
+        return loss
+
+    for k in (1.0, 2.0):
+        w.grad = None
+        x = tj.tensor([k, 2 * k], dtype=tj.float64)
+        loss = step(x)
+        s = 0.5 * k - 2 * k
+        assert loss.item() == pytest.approx(s * s)
+        np.testing.assert_allclose(w.grad.numpy(), 2 * s * np.array([k, 2 * k]), rtol=1e-6)
+        assert w.grad.dtype == tj.float32
+
+
+def test_backward_with_a_gradient_argument():
+    w = tj.tensor([1.0, 2.0, 3.0], requires_grad=True)
+
+    @tj.compile
+    def step(x, v):
+        y = w * x
+        y.backward(v)
+        return y
+
+    for k in (1.0, 2.0):
+        w.grad = None
+        y = step(tj.full((3,), k), tj.tensor([1.0, 0.0, 2.0]) * k)
+        np.testing.assert_allclose(y.numpy(), [k, 2 * k, 3 * k])
+        np.testing.assert_allclose(w.grad.numpy(), [k * k, 0.0, 2 * k * k])
+
+
+def test_returning_grad_of_a_leaf():
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+
+    @tj.compile
+    def step(x):
+        w.grad = None
+        (w * x).sum().backward()
+        return w.grad
+
+    for k in (1.0, 3.0):
+        np.testing.assert_allclose(step(tj.full((2,), k)).numpy(), [k, k])
+
+
+def test_compiled_inside_a_trace_is_inlined():
+    inner = tj.compile(lambda x: x * 2)
+    outer = tj.compile(tj.value_and_grad(lambda x: inner(x).sum()))
+    for k in (1.0, 2.0):
+        value, g = outer(np.full(3, k))
+        assert value == 6 * k
+        np.testing.assert_allclose(g, [2.0, 2.0, 2.0])
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("read, words", [
+    (lambda t: bool(t.sum() > 0), "comparison"),
+    (lambda t: t.sum().item(), "item()"),
+    (lambda t: float(t.sum()), "float(tensor)"),
+    (lambda t: int(t.sum()), "int(tensor)"),
+    (lambda t: t.tolist(), "tolist()"),
+    (lambda t: bool(t.sum()), "bool(tensor)"),
+    (lambda t: t.detach().numpy(), "numpy()"),
+])
+def test_reading_a_traced_value_is_refused(read, words):
+    def fn(x):
+        y = x * 2
+        read(y)
+        return y.sum()
+    f = tj.compile(tj.value_and_grad(fn))
+    with pytest.raises(CompileError) as info:
+        f(np.ones(3))
+    message = str(info.value)
+    assert words in message
+    assert "test_replay.py" in message          # where it happened
+    assert "without tj.compile" in message      # the way out
+    assert "value_and_grad(fn)" in message
+
+
+def test_if_on_a_tensor_is_refused():
+    @tj.compile
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    with pytest.raises(CompileError, match="reads a traced tensor's value"):
+        f(tj.ones(3))
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x * tj.randn(3),
+    lambda x: x + tj.rand(3),
+    lambda x: F.dropout(x, 0.5, training=True),
+])
+def test_random_ops_are_refused(make):
+    f = tj.compile(lambda x: make(x).sum())
+    with pytest.raises(CompileError, match="random"):
+        f(tj.ones(3))
+
+
+def test_dropout_in_eval_mode_is_not_random_and_replays():
+    f = tj.compile(lambda x: F.dropout(x, 0.5, training=False).sum())
+    assert f(tj.ones(3)).item() == 3.0
+    assert f(tj.ones(3) * 2).item() == 6.0
+
+
+def test_optimizer_step_inside_is_refused():
+    w = tj.tensor([1.0], requires_grad=True)
+    opt = tj.optim.SGD([w], lr=0.1)
+
+    @tj.compile
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with pytest.raises(CompileError, match="in-place change"):
+        step(tj.ones(1))
+
+
+def test_in_place_on_a_tensor_made_inside_is_fine():
+    @tj.compile
+    def f(x):
+        buf = tj.zeros(3)
+        buf += 1.0
+        buf[0] = 5.0
+        return (x * buf).sum()
+
+    assert f(tj.ones(3)).item() == 7.0
+    assert f(tj.ones(3) * 2).item() == 14.0
+
+
+def test_custom_function_and_hooks_are_refused():
+    class Square(tj.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    with pytest.raises(CompileError, match="Function Square"):
+        tj.compile(tj.value_and_grad(lambda x: Square.apply(x).sum()))(np.ones(2))
+
+    w = tj.ones(2, requires_grad=True)
+
+    def hooked(x):
+        y = w * x
+        y.register_hook(lambda g: g * 2)
+        y.sum().backward()
+        return y.detach()
+
+    with pytest.raises(CompileError, match="register_hook"):
+        tj.compile(hooked)(tj.ones(2))
+
+
+def test_grad_output_without_backward_is_refused():
+    w = tj.ones(2, requires_grad=True)
+    with pytest.raises(CompileError, match="requires grad without calling backward"):
+        tj.compile(lambda x: w * x)(tj.ones(2))
+    # the same under no_grad replays
+    with tj.no_grad():
+        f = tj.compile(lambda x: w * x)
+        np.testing.assert_allclose(f(tj.ones(2)).numpy(), [1.0, 1.0])
+        np.testing.assert_allclose(f(tj.full((2,), 3.0)).numpy(), [3.0, 3.0])
+
+
+def test_autograd_grad_inside_is_refused():
+    def fn(x):
+        w = tj.ones(2, requires_grad=True)
+        (g,) = tj.autograd.grad((w * x).sum(), [w])
+        return g
+    with pytest.raises(CompileError, match="autograd.grad"):
+        tj.compile(fn)(tj.ones(2))
+
+
+def test_a_parameter_changing_shape_is_reported():
+    w = tj.ones(2, requires_grad=True)
+    f = tj.compile(lambda x: (w * x).sum().detach())
+    f(tj.ones(2))
+    w.data = tj.ones(3)
+    with pytest.raises(CompileError, match="changed shape"):
+        f(tj.ones(2))
+
+
+def test_refusal_leaves_the_thread_usable():
+    f = tj.compile(lambda x: (x * 2).sum().item())
+    with pytest.raises(CompileError):
+        f(tj.ones(2))
+    x = tj.ones(2, requires_grad=True)
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
+
+
+# ---- batched replay ------------------------------------------------------------------------
+
+def _rosen(x):
+    return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+def test_batch_equals_a_loop_of_single_replays():
+    f = tj.compile(tj.value_and_grad(_rosen))
+    xs = np.random.default_rng(0).uniform(-2, 2, (257, 6))
+    values, grads = f.batch(xs)
+    assert values.shape == (257,) and grads.shape == (257, 6)
+    for i in range(0, 257, 16):
+        v, g = f(xs[i])
+        assert values[i] == pytest.approx(v, rel=1e-13)
+        np.testing.assert_allclose(grads[i], g, rtol=1e-13)
+
+
+def test_batch_of_grad_with_several_arguments_and_forward_only_functions():
+    f = tj.compile(tj.grad(lambda x, y: (x * y * y).sum(), argnums=(0, 1)))
+    xs = np.random.default_rng(1).uniform(-1, 1, (40, 3))
+    ys = np.random.default_rng(2).uniform(-1, 1, (40, 3))
+    gx, gy = f.batch(xs, ys)
+    np.testing.assert_allclose(gx, ys * ys)
+    np.testing.assert_allclose(gy, 2 * xs * ys)
+    h = tj.compile(lambda x: (tj.tanh(x) * 2, x.sum()))
+    a, b = h.batch(xs)
+    np.testing.assert_allclose(a.numpy(), np.tanh(xs) * 2)
+    np.testing.assert_allclose(b.numpy(), xs.sum(1))
+
+
+def test_batch_refuses_a_training_step():
+    w = tj.ones(3, dtype=tj.float64, requires_grad=True)
+
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()
+        return loss.detach()
+    with pytest.raises(CompileError, match="per-sample"):
+        tj.compile(step).batch(np.ones((4, 3)))
+
+
+def test_batch_and_replays_from_several_threads():
+    f = tj.compile(tj.value_and_grad(_rosen))
+    xs = np.random.default_rng(3).uniform(-2, 2, (64, 5))
+    expected = f.batch(xs)
+    errors = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(20):
+                values, grads = f.batch(xs)
+                np.testing.assert_array_equal(values, expected[0])
+                np.testing.assert_array_equal(grads, expected[1])
+                i = int(rng.integers(0, 64))
+                v, g = f(xs[i])
+                assert v == pytest.approx(expected[0][i], rel=1e-13)
+        except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
