@@ -107,23 +107,20 @@ def _entry_for(compiled, first, kwargs):
 
 
 def _functional_layout(compiled, entry, arrays, batch):
-    d, off, nums, single, differentiated, shapes = entry.functional
+    d, off, nums, single, differentiated, shapes, slots = entry.functional
     if compiled.functional[3]:
         raise CompileError(f"{compiled.__name__}.batch: has_aux=True is not supported by batch()")
-    frozen = entry.frozen
     grad_at = []
     grad_shapes = {}
     col = 0
-    backwards = [e[1] for e in frozen.events if e[0] == "backward"]
-    delivered = {arg: off_ for bw in backwards for _, off_, _, arg, _ in bw.deliveries}
     for i in differentiated:
         if arrays[i] is None:
             raise CompileError(f"{compiled.__name__}.batch: differentiated argument {i} has no batch axis")
         shape, _ = shapes[i]
         n = int(np.prod(shape, dtype=np.int64))
         grad_shapes[i] = (col, shape, n)
-        if i in delivered:
-            grad_at.append((delivered[i], col, n))
+        if i in slots:
+            grad_at.append((slots[i][1], col, n))
         col += n
     return [(off, 0, 1, ())], grad_at, grad_shapes
 
@@ -152,7 +149,7 @@ def _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, nar
         stacked = [_concrete(outputs[:, col:col + n].reshape((batch,) + tuple(shape)).copy())
                    for _, col, n, shape in out_slots]
         return stacked[0] if entry.output.spec[0] == "slot" else tuple(stacked)
-    _, _, nums, single, _, _ = entry.functional
+    nums, single = entry.functional[2:4]
     per_arg = []
     for i in nums:
         col, shape, n = grad_shapes[i % nargs]

@@ -55,6 +55,13 @@ def _key(x):
     return ("value", type(x).__name__, x)
 
 
+def _leaf_key(a):
+    if type(a) is np.ndarray:
+        return ("leaf", a.shape, a.dtype == np.float32)
+    a = a.detach()._value() if isinstance(a, Tensor) else np.asarray(a)
+    return ("leaf", a.shape, a.dtype == np.float32)
+
+
 class _Inputs:
     """The flat list of a call's float inputs (tensors and float arrays, nested lists and
     tuples included), in a fixed order, with their tensors for ``.grad``."""
@@ -175,7 +182,8 @@ class Compiled:
         key = self.signature(args, kwargs)
         entry = self.traces.get(key)
         if entry is None:
-            if any(k[0] == "object" for k in key[0]) or any(v[0] == "object" for _, v in key[1]):
+            flat = key if not kwargs else key[0] + tuple(v for _, v in key[1])
+            if any(k[0] == "object" for k in flat):
                 self._keep.append((args, kwargs))
             entry, result = self._trace(args, kwargs)
             self.traces[key] = entry
@@ -183,16 +191,18 @@ class Compiled:
         return self._replay(entry, args, kwargs)
 
     def signature(self, args, kwargs):
-        keys = [_key(a) for a in args]
-        if self.functional is not None:
+        if self.functional is None:
+            keys = tuple([_key(a) for a in args])
+        else:
             # Differentiated arguments become float leaves whatever they are (a Python float,
             # an int array): only their shape and the leaf's dtype matter.
-            for i in self.functional[1]:
-                if -len(args) <= i < len(args):
-                    a = args[i]
-                    a = a.detach()._value() if isinstance(a, Tensor) else np.asarray(a)
-                    keys[i] = ("leaf", a.shape, np.float32 if a.dtype == np.float32 else np.float64)
-        return tuple(keys), tuple(sorted((k, _key(v)) for k, v in kwargs.items()))
+            nums = self.functional[1]
+            n = len(args)
+            keys = tuple([_leaf_key(a) if (i in nums or i - n in nums) else _key(a)
+                          for i, a in enumerate(args)])
+        if kwargs:
+            return keys, tuple(sorted((k, _key(v)) for k, v in kwargs.items()))
+        return keys
 
     def _flatten(self, args, kwargs):
         inputs = _Inputs()
@@ -264,8 +274,14 @@ class Compiled:
             output = _Output(trace, arg_of, aux)
         roots = output.roots + [(out._dtype.arena, out._off)]
         frozen = Frozen(trace, arg_of, roots)
+        # Where each differentiated argument's gradient is after a replay (absent: unused, zero).
+        slots = {}
+        for event in frozen.events:
+            for d, off, n, shape, arg, _ in event[1].deliveries:
+                slots[arg] = (d, off, n, shape)
         entry = _Entry(frozen, output, functional=(out._dtype.arena, out._off, nums, single, differentiated,
-                                                   {i: (leaves[i]._shape, leaves[i]._dtype.np) for i in leaves}))
+                                                   {i: (leaves[i]._shape, leaves[i]._dtype.np) for i in leaves},
+                                                   slots))
         values = [None] * len(args)
         for i in differentiated:
             values[i] = leaves[i]._data
@@ -280,28 +296,31 @@ class Compiled:
         values = []
         differentiated = entry.functional[4]
         for i, a in enumerate(args):
-            if isinstance(a, Tensor):
-                a = a._data if a._tape is None else a._value()
-            values.append(np.asarray(a) if i in differentiated or _is_float_array(a) else None)
+            if type(a) is not np.ndarray:
+                if isinstance(a, Tensor):
+                    a = a._data if a._tape is None else a._value()
+                a = np.asarray(a) if i in differentiated or _is_float_array(a) else None
+            values.append(a)
         with entry.frozen.lock:
             return self._answer(entry, values, args)
 
     def _answer(self, entry, values, args):
-        d, off, nums, single, differentiated, shapes = entry.functional
-        _, _, _, has_aux, kind = self.functional
+        d, off, nums, single, differentiated, shapes, slots = entry.functional
+        has_aux, kind = self.functional[3:]
         frozen = entry.frozen
-        collected = []
-        frozen.run(values, [None] * len(values), collect=collected)
-        value = float(frozen.tape.vals[d][off])
-        by_arg = {arg: g for arg, _, g in collected}
+        frozen.run(values, None)
+        tape = frozen.tape
+        value = float(tape.vals[d][off])
         grads = []
         for i in nums:
             i %= len(args)
-            g = by_arg.get(i)
-            if g is None:
+            slot = slots.get(i)
+            if slot is None:
                 shape, dt = shapes[i]
-                g = np.zeros(shape, dt)
-            grads.append(g.copy() if any(g is h for h in grads) else g)
+                grads.append(np.zeros(shape, dt))
+            else:
+                ad, aoff, n, shape = slot
+                grads.append(tape.adj[ad][aoff:aoff + n].reshape(shape).copy())
         grads = grads[0] if single else tuple(grads)
         aux = entry.output.build(frozen, [None] * len(values)) if has_aux else None
         if kind == "grad":

@@ -49,7 +49,7 @@ class Backward:
 
     def __init__(self, seeds, deliveries):
         self.seeds = seeds              # [(arena, off, n, None | ("slot", arena, off) | ("value", array))]
-        self.deliveries = deliveries    # [(arena, off, shape, arg index or None, leaf tensor or None)]
+        self.deliveries = deliveries    # [(arena, off, n, shape, arg index or None, leaf or None)]
 
 
 def _operands(row, ints):
@@ -168,13 +168,20 @@ class Frozen:
             for (d, off), src in grad_loads.items():
                 if (d, off) not in reached or (only_ids is not None and id(src) not in only_ids):
                     continue
-                deliveries.append((d, off, src._shape, arg_of.get(id(src)),
+                deliveries.append((d, off, src._numel, src._shape, arg_of.get(id(src)),
                                    None if id(src) in arg_of else src))
             self.events.append(("backward", Backward(entries, deliveries)))
         self.mixed = bool(tape.cursor[0] and tape.cursor[1])
         self.arena = 1 if tape.cursor[1] and not tape.cursor[0] else 0
+        self.arg_loads = [(ld.arena, ld.off, ld.n, ld.arg) for ld in self.loads if ld.arg is not None]
+        self.live_loads = [ld for ld in self.loads if ld.arg is None]
         self._fast = self._fast_path()
         self.sweeps = sweeps(tape.groups)
+        d = self.arena
+        if self._fast is not None:
+            # The compiled call's arguments, fixed for the trace's life (buffers never grow).
+            self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
+                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d])
 
     # ---- facts ----------------------------------------------------------------------------
 
@@ -209,49 +216,47 @@ class Frozen:
     def refresh(self, inputs):
         """Copy the arguments (``inputs``: arrays by argument index) and live tensors in."""
         vals = self.tape.vals
-        for load in self.loads:
-            if load.arg is not None:
-                value = inputs[load.arg]
+        for d, off, n, arg in self.arg_loads:
+            value = inputs[arg]
+            if n == 1:
+                vals[d][off] = value.item() if value.ndim else value[()]
             else:
-                src = load.source
-                if src._shape != load.shape:
-                    raise CompileError(
-                        f"tj.compile({self.name}): a tensor the function uses changed shape from "
-                        f"{list(load.shape)} to {list(src._shape)} since it was traced; compile the "
-                        f"function again")
-                value = src._data if src._tape is None else src._value()
+                vals[d][off:off + n] = value.reshape(-1)
+        for load in self.live_loads:
+            src = load.source
+            if src._shape != load.shape:
+                raise CompileError(
+                    f"tj.compile({self.name}): a tensor the function uses changed shape from "
+                    f"{list(load.shape)} to {list(src._shape)} since it was traced; compile the "
+                    f"function again")
+            value = src._data if src._tape is None else src._value()
             if load.n == 1:
                 vals[load.arena][load.off] = value.item() if value.ndim else value[()]
             else:
                 vals[load.arena][load.off:load.off + load.n] = value.reshape(-1)
 
-    def run(self, inputs, leaves, collect=None):
+    def run(self, inputs, leaves):
         """One replay.  ``leaves[i]``: the tensor argument ``i`` whose ``.grad`` receives its
-        gradient; with ``collect`` (a list), gradients are appended there as
-        ``(arg, leaf, array)`` instead of going to ``.grad``."""
+        gradient; with ``leaves=None`` gradients stay in the adjoint buffers (functional forms
+        read them from there)."""
         self.refresh(inputs)
-        tape = self.tape
-        fast = self._fast
-        if fast is not None:
-            d = self.arena
-            r = self.sweeps.replay(tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d],
-                                   tape.freed, tape.ints, tape.floats[d], fast[0], fast[1],
-                                   self.load_outs[d])
+        if self._fast is not None:
+            r = self.sweeps.replay(*self._fast_args)
             if r >= 0:
                 raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
             for event in self.events:
                 if event[0] == "call":
                     event[1](*event[2])
                 else:
-                    self._deliver(event[1], leaves, collect)
+                    self._deliver(event[1], leaves)
             return
-        tape._run_forward(0, tape.nrec)
+        self.tape._run_forward(0, self.tape.nrec)
         for event in self.events:
             if event[0] == "call":
                 event[1](*event[2])
             else:
                 self._backward(event[1])
-                self._deliver(event[1], leaves, collect)
+                self._deliver(event[1], leaves)
 
     def _backward(self, bw):
         """A backward event, segment by segment (two dtypes, or a seed from a slot)."""
@@ -283,20 +288,15 @@ class Frozen:
         for d in (0, 1):
             tape.flags[d][self.load_outs[d]] = 0
 
-    def _deliver(self, bw, leaves, collect):
+    def _deliver(self, bw, leaves):
         from tapejit.engine import _deliver_leaf
+        if leaves is None:
+            return
         adj = self.tape.adj
-        for d, off, shape, arg, leaf in bw.deliveries:
+        for d, off, n, shape, arg, leaf in bw.deliveries:
             if arg is not None:
                 leaf = leaves[arg]
-            n = 1
-            for s in shape:
-                n *= s
-            g = adj[d][off:off + n].reshape(shape)
-            if collect is not None:
-                collect.append((arg, leaf, g.copy()))
-            else:
-                _deliver_leaf(leaf, g, None, None, True)
+            _deliver_leaf(leaf, adj[d][off:off + n].reshape(shape), None, None, True)
 
     def value(self, arena, off, shape):
         n = 1
