@@ -511,3 +511,17 @@ def test_batch_and_replays_from_several_threads():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_readme_replay_example_runs():
+    from pathlib import Path
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    start = text.index("```python", text.index("**Replay: trace once")) + len("```python")
+    code = text[start:text.index("```", start)]
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)   # noqa: S102  (our own README)
+    assert scope["train_step"].stats()["traces"] == 1
+    first = scope["loss_fn"](scope["model"](scope["x"]), scope["y"]).item()
+    assert first <= scope["loss"].item()     # the last opt.step() went downhill
+    assert scope["values"].shape == (10000,) and scope["grads"].shape == (10000, 10)
+    np.testing.assert_allclose(scope["grad"], tj.value_and_grad(scope["rosen"])(np.zeros(10))[1])

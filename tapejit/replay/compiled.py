@@ -18,14 +18,12 @@ Three forms:
   parallel (see ``batch.py``).
 """
 import functools
-import numbers
 
 import numpy as np
 
-from tapejit import dtypes
 from tapejit.grad_mode import enable_grad
 from tapejit.replay.frozen import Frozen
-from tapejit.replay.trace import CompileError, Trace, refuse, tracing
+from tapejit.replay.trace import Trace, refuse, tracing
 from tapejit.tape import state
 from tapejit.tensor import Tensor, _concrete, _taped
 

@@ -19,7 +19,7 @@ from tapejit import registry
 from tapejit.ops.core import CAST
 from tapejit.replay.trace import CompileError, refuse
 from tapejit.tape import sweeps
-from tapejit.tensor import Tensor
+from tapejit.tensor import Tensor, _concrete
 
 _LOAD = None
 
@@ -289,11 +289,30 @@ class Frozen:
             tape.flags[d][self.load_outs[d]] = 0
 
     def _deliver(self, bw, leaves):
-        from tapejit.engine import _deliver_leaf
+        """Accumulate into ``.grad`` as ``engine._deliver_leaf`` does, with its common cases
+        (no hooks; no gradient yet, or a plain one to add to) inline: a training step pays
+        this per parameter on every replay."""
+        from tapejit.engine import _deliver_leaf, _grad_lock
         if leaves is None:
             return
         adj = self.tape.adj
-        for d, off, n, shape, arg, leaf in bw.deliveries:
+        deliveries = bw.deliveries
+        general = len(deliveries)
+        with _grad_lock:
+            for k, (d, off, n, shape, arg, leaf) in enumerate(deliveries):
+                if arg is not None:
+                    leaf = leaves[arg]
+                current = getattr(leaf, "_grad", None)
+                if getattr(leaf, "_hooks", None) or not (current is None or current._tape is None):
+                    general = k
+                    break
+                g = adj[d][off:off + n].reshape(shape)
+                if current is None:
+                    leaf._grad = _concrete(g.copy())
+                else:
+                    current._data += g
+        # Hooks, or a gradient with a graph: the engine's general path from there on.
+        for d, off, n, shape, arg, leaf in deliveries[general:]:
             if arg is not None:
                 leaf = leaves[arg]
             _deliver_leaf(leaf, adj[d][off:off + n].reshape(shape), None, None, True)
