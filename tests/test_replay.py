@@ -525,3 +525,28 @@ def test_readme_replay_example_runs():
     assert first <= scope["loss"].item()     # the last opt.step() went downhill
     assert scope["values"].shape == (10000,) and scope["grads"].shape == (10000, 10)
     np.testing.assert_allclose(scope["grad"], tj.value_and_grad(scope["rosen"])(np.zeros(10))[1])
+
+
+def test_integer_labels_are_part_of_the_signature_and_traces_are_bounded():
+    w = tj.ones(3, 2, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile(max_traces=2)
+    def step(x, y):
+        w.grad = None
+        loss = F.cross_entropy(x @ w, y)
+        loss.backward()
+        return loss
+
+    x = tj.randn(4, 3, dtype=tj.float64)
+    for labels in ([0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 1]):
+        y = tj.tensor(labels)
+        with tj.no_grad():
+            expected = F.cross_entropy(x @ w, y).item()
+        if labels == [0, 0, 0, 1]:
+            with pytest.warns(RuntimeWarning, match="signatures traced"):
+                got = step(x, y).item()
+        else:
+            got = step(x, y).item()
+        assert got == pytest.approx(expected, rel=1e-12)
+        assert step(x, y).item() == pytest.approx(expected, rel=1e-12)   # replayed
+    assert step.stats()["traces"] == 2

@@ -18,6 +18,7 @@ Three forms:
   parallel (see ``batch.py``).
 """
 import functools
+import warnings
 
 import numpy as np
 
@@ -146,17 +147,19 @@ class _Entry:
         self.frozen = frozen
         self.output = output
         self.functional = functional
+        self.keep = None
 
 
 class Compiled:
     """The result of ``tj.compile(fn)``; see the module docstring."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, max_traces=32):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.functional = getattr(fn, "_tapejit_functional", None)
         self.traces = {}
-        self._keep = []    # unhashable static arguments, kept alive (their ids are in the keys)
+        self.max_traces = max_traces
+        self._warned = False
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __repr__(self):
@@ -180,13 +183,28 @@ class Compiled:
         key = self.signature(args, kwargs)
         entry = self.traces.get(key)
         if entry is None:
+            entry, result = self._trace(args, kwargs)
             flat = key if not kwargs else key[0] + tuple(v for _, v in key[1])
             if any(k[0] == "object" for k in flat):
-                self._keep.append((args, kwargs))
-            entry, result = self._trace(args, kwargs)
+                entry.keep = (args, kwargs)    # their ids are in the key: keep them alive
+            self._make_room()
             self.traces[key] = entry
             return result
         return self._replay(entry, args, kwargs)
+
+    def _make_room(self):
+        """Drop the oldest trace beyond ``max_traces``: a signature that changes on every call
+        (labels or Python numbers baked into it) must not grow memory without bound."""
+        while len(self.traces) >= self.max_traces:
+            del self.traces[next(iter(self.traces))]
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"tj.compile({self.__name__}): more than {self.max_traces} signatures traced, "
+                    f"dropping the oldest. Integer or boolean arrays (labels), Python numbers and "
+                    f"other non-float arguments are part of the signature, so a new value traces "
+                    f"again at eager speed; pass values that change between calls as float "
+                    f"tensors, or raise max_traces.", RuntimeWarning, stacklevel=3)
 
     def signature(self, args, kwargs):
         if self.functional is None:
@@ -377,12 +395,13 @@ def _collect_index(inputs, x):
     return _Index(_collect(inputs, x))
 
 
-def compile(fn=None, **options):
-    """``tj.compile(fn)`` or ``@tj.compile``: see ``tapejit.replay.compiled``."""
-    if options:
-        raise TypeError(f"tj.compile: unexpected options {sorted(options)}")
+def compile(fn=None, *, max_traces=32):
+    """``tj.compile(fn)``, ``@tj.compile`` or ``@tj.compile(max_traces=...)``: see
+    ``tapejit.replay.compiled``.  ``max_traces`` bounds the signatures kept per function."""
+    if not isinstance(max_traces, int) or max_traces < 1:
+        raise ValueError(f"tj.compile: max_traces must be a positive int, got {max_traces!r}")
     if fn is None:
-        return compile
+        return functools.partial(compile, max_traces=max_traces)
     if isinstance(fn, Compiled):
         return fn
-    return Compiled(fn)
+    return Compiled(fn, max_traces)
