@@ -154,3 +154,16 @@ def test_graph_pictures_script_writes_dot_and_mermaid(tmp_path):
     assert dot.startswith("digraph backward") and 'label="PowBackward0"' in dot and dot.count("->") == 6
     assert mermaid.startswith("flowchart BT") and '["w<br/>() float32"]:::leaf' in mermaid
     assert (tmp_path / "seed_graph.svg").exists() == ("wrote" in out.stdout and ".svg" in out.stdout)
+
+
+def test_replayed_spiral_training_equals_eager():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        example = load_example("replay_spiral")
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    eager_losses, eager_accuracy, _ = example["train"](compiled=False, steps=60)
+    replay_losses, replay_accuracy, _ = example["train"](compiled=True, steps=60)
+    np.testing.assert_allclose(replay_losses, eager_losses, rtol=1e-6)
+    assert replay_accuracy == eager_accuracy
+    assert replay_losses[-1] < 0.5 * replay_losses[0]
