@@ -36,6 +36,7 @@ from numba import prange  # noqa: F401
 
 from tapejit._jit import kernel, parallel_sweep, sweep  # noqa: F401
 from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
+from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
 '''
 
 
