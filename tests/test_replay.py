@@ -550,3 +550,27 @@ def test_integer_labels_are_part_of_the_signature_and_traces_are_bounded():
         assert got == pytest.approx(expected, rel=1e-12)
         assert step(x, y).item() == pytest.approx(expected, rel=1e-12)   # replayed
     assert step.stats()["traces"] == 2
+
+
+def test_backward_inputs_restrict_the_leaves_that_receive_gradients():
+    a = tj.ones(2, dtype=tj.float64, requires_grad=True)
+    b = tj.ones(2, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile
+    def step(x):
+        loss = (a * b * x).sum()
+        loss.backward(inputs=[a])
+        return loss
+
+    for k in (1.0, 2.0):
+        a.grad = None
+        step(tj.full((2,), k, dtype=tj.float64))
+        np.testing.assert_allclose(a.grad.numpy(), [k, k])
+        assert b.grad is None
+
+    def non_leaf(x):
+        h = a * x
+        (h * b).sum().backward(inputs=[h])
+        return h.detach()
+    with pytest.raises(CompileError, match="non-leaf"):
+        tj.compile(non_leaf)(tj.ones(2, dtype=tj.float64))

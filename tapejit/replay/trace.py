@@ -196,6 +196,9 @@ def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
         entries.append((t._dtype.arena, t._off, t._numel, seed))
         seeds.append((t, value))
     only = None if inputs is None else ([inputs] if isinstance(inputs, Tensor) else list(inputs))
+    if only is not None and any(t._tape is not None for t in only):
+        refuse("backward(inputs=...) with a non-leaf tensor",
+               "its .grad would be filled in the middle of the backward sweep, by Python.")
     trace.events.append(("backward", entries, only))
     engine._run(seeds, bool(retain_graph), targets=only, accumulate=True)
     trace.backward_done = True
