@@ -574,3 +574,26 @@ def test_backward_inputs_restrict_the_leaves_that_receive_gradients():
         return h.detach()
     with pytest.raises(CompileError, match="non-leaf"):
         tj.compile(non_leaf)(tj.ones(2, dtype=tj.float64))
+
+
+def test_compiled_method():
+    class Trainer:
+        def __init__(self):
+            self.model = nn.Linear(3, 1).double()
+
+        @tj.compile
+        def step(self, x):
+            self.model.zero_grad()
+            loss = self.model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+    trainer = Trainer()
+    x = tj.randn(5, 3, dtype=tj.float64)
+    first = trainer.step(x).item()
+    assert trainer.step(x).item() == pytest.approx(first, rel=1e-12)
+    expected = trainer.model.weight.grad.numpy().copy()
+    trainer.model.zero_grad()
+    trainer.model(x).pow(2).mean().backward()
+    np.testing.assert_allclose(expected, trainer.model.weight.grad.numpy(), rtol=1e-12)
+    assert Trainer.step.stats()["traces"] == 1

@@ -18,6 +18,7 @@ Three forms:
   parallel (see ``batch.py``).
 """
 import functools
+import types
 import warnings
 
 import numpy as np
@@ -164,6 +165,10 @@ class Compiled:
 
     def __repr__(self):
         return f"<tj.compile({self.__name__}): {self.stats()}>"
+
+    def __get__(self, instance, owner=None):
+        """``@tj.compile`` on a method: the instance becomes the first (static) argument."""
+        return self if instance is None else types.MethodType(self, instance)
 
     # ---- what it holds --------------------------------------------------------------------
 
