@@ -407,15 +407,66 @@ def test_custom_function_and_hooks_are_refused():
         tj.compile(hooked)(tj.ones(2))
 
 
-def test_grad_output_without_backward_is_refused():
-    w = tj.ones(2, requires_grad=True)
-    with pytest.raises(CompileError, match="requires grad without calling backward"):
-        tj.compile(lambda x: w * x)(tj.ones(2))
-    # the same under no_grad replays
+def test_compiled_module_results_join_the_callers_graph():
+    """``tj.compile(model)``, the torch.compile idiom: backward() runs outside."""
+    model = _mlp(4, tj.float64)
+    compiled = tj.compile(model)
+    assert len(list(compiled.parameters())) == 6            # the module's own attributes
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        x1 = tj.from_numpy(rng.standard_normal((4, 3)))
+        x2 = tj.from_numpy(rng.standard_normal((4, 3)))
+        model.zero_grad()
+        # two calls before one backward: each keeps its own saved values
+        loss = compiled(x1).pow(2).sum() + compiled(x2).tanh().sum()
+        assert type(loss.grad_fn).__name__ == "AddBackward0"
+        loss.backward()
+        replayed = [p.grad.numpy().copy() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(x1).pow(2).sum() + model(x2).tanh().sum()
+        expected.backward()
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
+        for a, p in zip(replayed, model.parameters()):
+            np.testing.assert_allclose(a, p.grad.numpy(), rtol=1e-12, atol=1e-14)
+    assert compiled.stats()["traces"] == 1
+
+
+def test_compiled_function_passes_gradients_to_arguments_with_a_graph():
+    w = tj.tensor([0.5, -1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    f = tj.compile(lambda h: tj.tanh(h * w).sum(0))
+    for k in (1.0, 2.0):
+        x = tj.full((2, 3), k, dtype=tj.float64, requires_grad=True)
+        w.grad = None
+        out = f(x * 3.0)
+        assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+        (out * tj.tensor([1.0, 2.0, 3.0], dtype=tj.float64)).sum().backward()
+        xe = x.detach().clone().requires_grad_()
+        we = w.detach().clone().requires_grad_()
+        (tj.tanh(xe * 3.0 * we).sum(0) * tj.tensor([1.0, 2.0, 3.0], dtype=tj.float64)).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-12)
+
+
+def test_compiled_function_under_no_grad_gives_plain_results():
+    w = tj.ones(2, dtype=tj.float64, requires_grad=True)
+    f = tj.compile(lambda x: w * x)
+    f(tj.ones(2, dtype=tj.float64))
     with tj.no_grad():
-        f = tj.compile(lambda x: w * x)
-        np.testing.assert_allclose(f(tj.ones(2)).numpy(), [1.0, 1.0])
-        np.testing.assert_allclose(f(tj.full((2,), 3.0)).numpy(), [3.0, 3.0])
+        out = f(tj.full((2,), 3.0, dtype=tj.float64))
+    assert out.grad_fn is None and not out.requires_grad
+    np.testing.assert_allclose(out.numpy(), [3.0, 3.0])
+
+
+def test_a_step_with_an_argument_that_has_a_graph_is_refused():
+    w = tj.ones(2, dtype=tj.float64, requires_grad=True)
+
+    def step(h):
+        loss = (h * w).sum()
+        loss.backward()
+        return loss.detach()
+    x = tj.ones(2, dtype=tj.float64, requires_grad=True)
+    with pytest.raises(CompileError, match="with a graph"):
+        tj.compile(step)(x * 2)
 
 
 def test_autograd_grad_inside_is_refused():

@@ -130,14 +130,16 @@ def _forward_layout(compiled, entry):
     if any(e[0] == "backward" for e in frozen.events):
         raise CompileError(f"{compiled.__name__}.batch: the function calls backward(), which updates "
                            ".grad and has no per-sample meaning; batch tj.value_and_grad(f) instead")
-    spec = entry.output.spec
+    output = entry.output
+    spec = output.spec
     items = [spec] if spec[0] == "slot" else spec[1] if spec[0] in ("tuple", "list") else None
     if items is None or any(s[0] != "slot" for s in items):
         raise CompileError(f"{compiled.__name__}.batch: the function must return a tensor or a tuple of "
                            "tensors computed from its arguments")
     slots = []
     col = 0
-    for _, _, off, shape, _ in items:
+    for _, index in items:
+        _, off, shape, _ = output.slots[index]
         n = int(np.prod(shape, dtype=np.int64))
         slots.append((off, col, n, shape))
         col += n

@@ -12,6 +12,8 @@ Three forms:
   ``loss.backward()``; parameters it closes over are read live at every replay and their
   gradients accumulate into ``.grad`` as in eager mode.  Results are plain tensors (no
   ``grad_fn``): a replay runs no Python that could continue their graph.
+* ``tj.compile(model)``, or any function returning tensors that require grad without
+  calling ``backward()``: each call is one node of the caller's graph (``function.py``).
 * ``tj.compile(tj.value_and_grad(f))`` / ``tj.compile(tj.grad(f))``: the same results as
   the eager wrapper (a float and NumPy arrays), replayed.
 * ``compiled.batch(*stacked)``: one trace over every row of a leading batch axis, in
@@ -97,19 +99,22 @@ class _Output:
         self.trace = trace
         self.arg_of = arg_of
         self.roots = []
+        self.slots = []     # (arena, off, shape, dtype) of each result computed by the trace
+        # Results that require grad from a function that does not call backward() itself:
+        # each replay becomes one node of the caller's graph (see function.py).
+        self.differentiable = False
+        self.stepping = any(e[0] == "backward" for e in trace.events)
         self.spec = self._spec(result)
 
     def _spec(self, x):
         tape = self.trace.tape
         if isinstance(x, Tensor):
             if x._tape is tape:
-                if x._rg and not any(e[0] == "backward" for e in self.trace.events):
-                    refuse("returning a tensor that requires grad without calling backward()",
-                           "replayed results are plain tensors with no graph to continue. Call "
-                           "backward() inside the function (a training step), compile "
-                           "tj.value_and_grad(f), or run it under tj.no_grad().")
+                if x._rg and not self.stepping:
+                    self.differentiable = True
                 self.roots.append((x._dtype.arena, x._off))
-                return ("slot", x._dtype.arena, x._off, x._shape, x._dtype)
+                self.slots.append((x._dtype.arena, x._off, x._shape, x._dtype))
+                return ("slot", len(self.slots) - 1)
             if id(x) in self.arg_of:
                 return ("arg", self.arg_of[id(x)])
             read = self.trace.grads_read.get(id(x))
@@ -123,10 +128,14 @@ class _Output:
             return ("dict", [(k, self._spec(v)) for k, v in x.items()])
         return ("const", x)
 
-    def build(self, frozen, leaves, spec=None):
+    def build(self, frozen, leaves, results=None, spec=None):
+        """The result tree; ``results``: the computed tensors in slot order (a differentiable
+        call's), else copies of the slots are made here."""
         kind, *rest = self.spec if spec is None else spec
         if kind == "slot":
-            d, off, shape, dt = rest
+            if results is not None:
+                return results[rest[0]]
+            d, off, shape, _ = self.slots[rest[0]]
             return _concrete(frozen.value(d, off, shape))
         if kind == "arg":
             return leaves[rest[0]]
@@ -136,8 +145,8 @@ class _Output:
         if kind == "const":
             return rest[0]
         if kind == "dict":
-            return {k: self.build(frozen, leaves, s) for k, s in rest[0]}
-        items = [self.build(frozen, leaves, s) for s in rest[0]]
+            return {k: self.build(frozen, leaves, results, s) for k, s in rest[0]}
+        items = [self.build(frozen, leaves, results, s) for s in rest[0]]
         return tuple(items) if kind == "tuple" else items
 
 
@@ -149,13 +158,14 @@ class _Entry:
         self.output = output
         self.functional = functional
         self.keep = None
+        self.call = None     # a DifferentiableCall, when results continue the caller's graph
 
 
 class Compiled:
     """The result of ``tj.compile(fn)``; see the module docstring."""
 
     def __init__(self, fn, max_traces=32):
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())   # a module's own __dict__ stays its own
         self.fn = fn
         self.functional = getattr(fn, "_tapejit_functional", None)
         self.traces = {}
@@ -165,6 +175,13 @@ class Compiled:
 
     def __repr__(self):
         return f"<tj.compile({self.__name__}): {self.stats()}>"
+
+    def __getattr__(self, name):
+        """``tj.compile(model)``: the module's attributes (``parameters()``, ``train()``, ...)."""
+        fn = self.__dict__.get("fn")
+        if fn is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(fn, name)
 
     def __get__(self, instance, owner=None):
         """``@tj.compile`` on a method: the instance becomes the first (static) argument."""
@@ -236,6 +253,8 @@ class Compiled:
             return self._replay_functional(entry, args, kwargs)
         inputs, _, _ = self._flatten(args, kwargs)
         frozen = entry.frozen
+        if entry.call is not None:
+            return entry.output.build(frozen, inputs.leaves, entry.call.apply(inputs.values, inputs.leaves))
         with frozen.lock:
             frozen.run(inputs.values, inputs.leaves)
             return entry.output.build(frozen, inputs.leaves)
@@ -251,8 +270,18 @@ class Compiled:
             call_kwargs = {k: _placeholder(trace, inputs, v, arg_of) for k, v in flat_kwargs.items()}
             result = self.fn(*call_args, **call_kwargs)
             output = _Output(trace, arg_of, result)
+        if trace.graph_args and not output.differentiable:
+            refuse(f"argument {trace.graph_args[0]}, a tensor with a graph (it requires grad and is "
+                   f"not a leaf), in a function that calls backward()",
+                   "a replayed step cannot continue a graph recorded outside it. Pass leaf "
+                   "tensors, or detach() it.")
         frozen = Frozen(trace, arg_of, output.roots)
         entry = _Entry(frozen, output)
+        if output.differentiable:
+            from tapejit.replay.function import DifferentiableCall
+            entry.call = DifferentiableCall(frozen, output.slots)
+            # The first call's results too come from a replay, so they join the caller's graph.
+            return entry, self._replay(entry, args, kwargs)
         return entry, output.build(frozen, inputs.leaves)
 
     # ---- tj.compile(tj.value_and_grad(f)) / tj.compile(tj.grad(f)) --------------------------
@@ -384,9 +413,10 @@ def _placeholder(trace, inputs, a, arg_of):
     x = inputs.leaves[a] if inputs.leaves[a] is not None else inputs.values[a]
     if isinstance(x, Tensor) and x._rg:
         if x._tape is not None:
-            refuse(f"argument {a}, a tensor with a graph (it requires grad and is not a leaf)",
-                   "a replay cannot continue a graph recorded outside the function. Pass leaf "
-                   "tensors, or detach() it.")
+            # A tensor with a graph: traced as a leaf of its own; its gradient goes back into
+            # the caller's graph through the replay's node (function.py), or it is refused.
+            trace.graph_args.append(int(a))
+            x = _concrete(np.array(inputs.values[a]), rg=True)
         arg_of[id(x)] = a
         return x
     return _load_input(trace, x, a, arg_of)

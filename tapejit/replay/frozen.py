@@ -155,21 +155,15 @@ class Frozen:
             f[:] = 0
         self.tape = tape
         self.events = []
-        kept_rows = [rows[r] for r in kept]
-        grad_loads = {(d, off): sources[index] for index, d, off in tape.grad_loads}
+        self._kept_rows = [rows[r] for r in kept]
+        self._grad_loads = {(d, off): sources[index] for index, d, off in tape.grad_loads}
+        self._arg_of = arg_of
         for event in trace.events:
             if event[0] == "call":
                 self.events.append(event)
                 continue
             _, entries, only = event
-            reached = _reached(kept_rows, ints, [(d, off) for d, off, _, _ in entries])
-            only_ids = None if only is None else {id(t) for t in only}
-            deliveries = []
-            for (d, off), src in grad_loads.items():
-                if (d, off) not in reached or (only_ids is not None and id(src) not in only_ids):
-                    continue
-                deliveries.append((d, off, src._numel, src._shape, arg_of.get(id(src)),
-                                   None if id(src) in arg_of else src))
+            deliveries = self.deliveries([(d, off) for d, off, _, _ in entries], only)
             self.events.append(("backward", Backward(entries, deliveries)))
         self.mixed = bool(tape.cursor[0] and tape.cursor[1])
         self.arena = 1 if tape.cursor[1] and not tape.cursor[0] else 0
@@ -182,6 +176,19 @@ class Frozen:
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
             self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
                                tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d])
+
+    def deliveries(self, seeds, only=None):
+        """``[(arena, off, n, shape, arg index or None, leaf or None)]``: the leaves a backward
+        sweep from slots ``seeds`` reaches (all of them, or those in ``only``)."""
+        reached = _reached(self._kept_rows, self.tape.ints, seeds)
+        only_ids = None if only is None else {id(t) for t in only}
+        found = []
+        for (d, off), src in self._grad_loads.items():
+            if (d, off) not in reached or (only_ids is not None and id(src) not in only_ids):
+                continue
+            arg = self._arg_of.get(id(src))
+            found.append((d, off, src._numel, src._shape, arg, None if arg is not None else src))
+        return found
 
     # ---- facts ----------------------------------------------------------------------------
 

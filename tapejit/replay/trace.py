@@ -117,6 +117,7 @@ class Trace:
         self.created = set()     # ids of tensors created while tracing (written in place freely)
         self._keep = []          # ... kept alive, so their ids are not reused
         self.grads_read = {}     # id(.grad tensor read after a backward) -> (leaf, tensor)
+        self.graph_args = []     # arguments that require grad and have a graph (not leaves)
         self.backward_done = False
 
     def note_created(self, t):
