@@ -3,12 +3,20 @@
 Thread counts must be fixed before NumPy, SciPy, Numba, torch or JAX is first imported
 (their thread pools read these variables once), hence the ``os.environ`` lines come first.
 ``setdefault`` lets a caller override them on purpose, e.g. ``OMP_NUM_THREADS=2 pytest bench``.
+
+Numba is the exception: ``NUMBA_NUM_THREADS`` is the size of its pool, fixed at import,
+and the batched-replay group compares 1 and 2 threads, so the pool gets up to 2 threads
+(``NUMBA_POOL``) while ``numba.set_num_threads(1)`` below makes every benchmark run on
+one; that group alone raises it to 2 and puts it back.  Numba uses its pool only for
+``prange`` loops, which in tapejit only the batched replay has.
 """
 import os
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+#: Numba's pool: up to 2 threads (see above); every other library gets one thread
+NUMBA_POOL = str(min(2, os.cpu_count() or 1))
 for _var in _THREAD_VARS:
-    os.environ.setdefault(_var, "1")
+    os.environ.setdefault(_var, NUMBA_POOL if _var == "NUMBA_NUM_THREADS" else "1")
 # XLA's CPU client: Eigen's thread pool off, one intra-op thread; CPU only.
 _XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
@@ -23,9 +31,13 @@ import sys
 # Numerical modules some plugin imported before this file ran: their pools may not be 1-thread.
 _PREIMPORTED = sorted(m for m in ("numpy", "scipy", "numba", "torch", "jax") if m in sys.modules)
 
+import numba as _numba
 import pytest
 import targets
 import workloads
+
+# the pool may have 2 threads (NUMBA_POOL); benchmarks use 1 unless they say otherwise
+_numba.set_num_threads(1)
 
 try:
     import torch as _torch
@@ -66,7 +78,8 @@ VERSIONED = ("tapejit", "torch", "jax", "jaxlib", "autograd", "numpy", "scipy", 
 def pytest_report_header(config):
     threads = ", ".join(f"{v}={os.environ.get(v)}" for v in _THREAD_VARS)
     torch_threads = _torch.get_num_threads() if _torch is not None else "-"
-    lines = [f"bench: {threads}, torch.get_num_threads()={torch_threads}",
+    lines = [(f"bench: {threads}, torch.get_num_threads()={torch_threads}, "
+              f"numba.get_num_threads()={_numba.get_num_threads()} (2 in the batched-replay group only)"),
              f"bench: XLA_FLAGS={os.environ.get('XLA_FLAGS')}",
              "bench: " + ", ".join(f"{m} {_version(m)}" for m in VERSIONED)]
     if _PREIMPORTED:
@@ -79,6 +92,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     """Library versions and thread settings into ``--benchmark-json`` (for report.py)."""
     machine_info["bench_versions"] = {m: _version(m) for m in VERSIONED}
     machine_info["bench_threads"] = {v: os.environ.get(v) for v in _THREAD_VARS + ("XLA_FLAGS",)}
+    machine_info["bench_threads"]["numba threads used"] = "1 (the batched-replay group: 1 and 2)"
     machine_info["bench_cpu_count"] = os.cpu_count()
 
 
@@ -90,8 +104,8 @@ def _fmt(value, group):
 
 
 #: extra_info keys worth a line under the group
-_NOTES = ("records", "ns_per_record", "us_per_op", "in_process_s", "workload_mb", "baseline_mb", "peak_mb",
-          "bytes_per_op", "rss_growth_mb")
+_NOTES = ("records", "ns_per_record", "us_per_op", "us_per_row", "records_traced", "in_process_s", "workload_mb",
+          "baseline_mb", "peak_mb", "bytes_per_op", "rss_growth_mb")
 
 
 def _rows(benchmarks):
@@ -135,7 +149,7 @@ def _ratio_lines(benchmarks):
             lines.append(f"  {label:22s} {_fmt(mean, group)} {_fmt(median, group)} "
                          f"{_fmt(low, group)}{ratio}")
         lines.extend(notes.get(group, ()))
-    lines.append("SPEC section 5 targets (median; mean in brackets)")
+    lines.append("Targets: SPEC section 5 and the replay groups (median; mean in brackets)")
     for by_median, by_mean in zip(targets.evaluate_all(tables["median"]),
                                   targets.evaluate_all(tables["mean"])):
         target = by_median.target

@@ -79,7 +79,7 @@ _jax_compiled = {}
 
 def _jax_problem(key):
     """``(function, example args)`` for a problem key: ``("A", n_ops)``, ``("B", spec)``
-    (a ``workloads.MLPSpec``) or ``("C", n)``."""
+    (a ``workloads.MLPSpec``), ``("C", n)`` (the gradient) or ``("C value_and_grad", n)``."""
     import jax
     import jax.numpy as jnp
     kind, size = key
@@ -87,6 +87,8 @@ def _jax_problem(key):
         return jax.value_and_grad(scalar_graph_fn(jnp, size)), (jax.device_put(scalar_inputs_array()),)
     if kind == "C":
         return jax.grad(W.rosen), (jax.device_put(W.rosen_point(size)),)
+    if kind == "C value_and_grad":
+        return jax.value_and_grad(W.rosen), (jax.device_put(W.rosen_point(size)),)
     if kind == "B":
         spec = size
 
@@ -143,6 +145,16 @@ def rosen_grad_fn(name, x):
         import autograd
         return autograd.grad(W.rosen), x
     raise ValueError(name)
+
+
+def rosen_value_and_grad_fn(name, x):
+    """``(value_and_grad, arg)`` for JAX: ``jax.jit(jax.value_and_grad(rosen))`` compiled
+    ahead of time, on an array already on the device; returns ``(value, gradient)``."""
+    if name != "jax":
+        raise ValueError(name)
+    import jax
+    compiled, _ = jax_compiled(("C value_and_grad", len(x)))
+    return (lambda arg: jax.block_until_ready(compiled(arg))), jax.device_put(x)
 
 
 class JaxMLP:

@@ -6,8 +6,9 @@
 
 The Markdown has the run's date, machine and library versions, one table of ratios
 (each peer's median over tapejit's, per group: above 1 means tapejit is faster or
-smaller), the SPEC.md section 5 targets with their verdicts, and the groups that have no
-tapejit-vs-peer ratio (cost vs tape length, JAX compile times).  The PNG (needs
+smaller), the targets (SPEC.md section 5's and the replay groups') with their
+verdicts, and the groups that have no tapejit-vs-peer ratio (cost vs tape length, JAX
+compile times, batched replay on 1 and 2 threads).  The PNG (needs
 matplotlib: ``pip install -e ".[bench]"``) draws the same ratios as bars on a log scale.
 
 Only the standard library is needed for the Markdown, so the report can be made on any
@@ -23,8 +24,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import targets as T
 
 #: column order of the ratio table; peers not listed here follow in the order seen
-PEER_ORDER = ("tapejit", "torch", "jax", "autograd", "numpy", "scipy", "python")
+PEER_ORDER = ("tapejit", "tapejit_eager", "interpreter", "torch", "jax", "autograd", "numpy", "scipy",
+              "python")
 PEER_NOTES = {
+    "tapejit_eager": ("tapejit_eager: tapejit's eager API, in the replay groups, where `tapejit` is the "
+                      "`tj.compile` replay"),
+    "interpreter": ("interpreter: a hand-written tape interpreter (Numba) on the replay's own arrays "
+                    "(`bench/interpreter.py`)"),
     "jax": "jax: `jax.jit` compiled ahead of time, run times only (compile times below)",
     "autograd": "autograd: HIPS autograd, traced in Python every call",
     "numpy": "numpy: the hand-written NumPy gradient (B, C), no autograd at all",
@@ -32,7 +38,8 @@ PEER_NOTES = {
     "python": "python: the hand-written reverse sweep of workload A in Python floats",
 }
 #: extra_info keys shown next to a row in the table of other groups
-NOTE_KEYS = ("us_per_op", "per_op_vs_1000_ops", "ns_per_record", "records", "in_process_s",
+NOTE_KEYS = ("us_per_op", "per_op_vs_1000_ops", "ns_per_record", "records", "records_traced", "us_per_row",
+             "in_process_s",
              "bytes_per_op", "rss_growth_mb", "workload_mb", "baseline_mb", "peak_mb")
 
 
@@ -97,7 +104,7 @@ def ratio_table(groups):
 
 
 def target_table(medians, means):
-    lines = ["| group | SPEC §5 target | median | mean |", "|---|---|---|---|"]
+    lines = ["| group | target | median | mean |", "|---|---|---|---|"]
     for by_median, by_mean in zip(T.evaluate_all(medians), T.evaluate_all(means)):
         t = by_median.target
         verdict = {True: "met", False: "**NOT met**", None: "not measured"}[by_median.met]
@@ -169,7 +176,7 @@ def markdown(data):
     notes = notes_lines(rows, groups)
     if notes:
         out += ["", "Notes on rows:", ""] + notes
-    out += ["", "### SPEC §5 targets", ""] + target_table(medians, means)
+    out += ["", "### Targets (SPEC §5 and replay)", ""] + target_table(medians, means)
     other = other_table(rows, groups)
     if other:
         out += ["", "### Other groups", ""] + other

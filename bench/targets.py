@@ -1,4 +1,5 @@
-"""Benchmark group names and the SPEC.md section 5 targets, with the verdict logic.
+"""Benchmark group names and the targets (SPEC.md section 5's and the replay groups'),
+with the verdict logic.
 
 Shared by ``conftest.py`` (the summary after pytest-benchmark's table) and ``report.py``
 (the Markdown report from ``--benchmark-json``).  Pure Python on purpose: the report runs
@@ -26,6 +27,13 @@ GROUP_STARTUP = "start-up: import + first gradient (warm cache)"
 GROUP_STARTUP_COLD = "start-up: import + first gradient (cold cache)"
 GROUP_MEMORY_A = "memory: A 10,000 ops, peak RSS over baseline"
 GROUP_MEMORY_B = "memory: B MLP 784-128-10, 300 steps, peak RSS over baseline"
+# tj.compile: ``tapejit`` is the replay in these groups, ``tapejit_eager`` the eager API
+GROUP_A_REPLAY = "A replay {n:,} ops (tj.compile value_and_grad)"
+GROUP_A_FIRST_CALL = "A first call of tj.compile (trace + freeze), 10,000 ops"
+GROUP_B_TINY_REPLAY = "B tiny MLP step 2-16-16-1 replayed (tj.compile)"
+GROUP_B_MNIST_REPLAY = "B MLP step 784-128-10 replayed (tj.compile)"
+GROUP_C_REPLAY = "C Rosenbrock value and gradient replayed n={n:,}"
+GROUP_C_BATCH = "C batched replay n=10, 10,000 inputs (Numba threads)"
 
 #: groups whose figure of merit is ``extra_info["delta_mb"]`` (megabytes), not time
 MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
@@ -35,19 +43,23 @@ MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
 # targets
 
 class Target(NamedTuple):
-    """One SPEC section 5 promise about a group.
+    """One promise about a group: SPEC section 5's, and those of the replay groups.
 
     kind ``speedup``:  ``peer`` time / tapejit time >= ``bound``
          ``slowdown``: tapejit time / ``peer`` time <= ``bound``
          ``seconds``:  tapejit time <= ``bound``
          ``phase``:    tapejit time in ``group`` / tapejit time in group ``peer`` <= ``bound``
                        (the backward/forward cost ratio)
+
+    "tapejit" is the row labelled ``row``: ``tapejit`` unless a target compares two rows
+    of tapejit (``tapejit threads=2`` against ``tapejit threads=1``).
     """
     group: str
     kind: str
     peer: str
     bound: float
     text: str
+    row: str = "tapejit"
 
 
 TARGETS = (
@@ -64,6 +76,16 @@ TARGETS = (
            "backward <= 2x forward"),
     Target(GROUP_STARTUP, "seconds", "tapejit", 1.0, "< 1 s with a warm Numba cache"),
     Target(GROUP_STARTUP_COLD, "seconds", "tapejit", 20.0, "< 20 s with an empty cache"),
+    Target(GROUP_A_REPLAY.format(n=10_000), "slowdown", "interpreter", 1.5,
+           "replay within 1.5x of a hand-written tape interpreter on the same arrays"),
+    Target(GROUP_A_FIRST_CALL, "seconds", "tapejit", 0.5, "first call (trace) < 0.5 s, warm Numba cache"),
+    Target(GROUP_B_TINY_REPLAY, "slowdown", "jax", 1.0, "replayed step no slower than jax.jit"),
+    Target(GROUP_B_MNIST_REPLAY, "slowdown", "numpy", 1.1,
+           "replayed step within 1.1x of the hand-written NumPy step"),
+    Target(GROUP_C_REPLAY.format(n=10), "slowdown", "jax", 1.0, "replay no slower than jax.jit"),
+    Target(GROUP_C_REPLAY.format(n=1_000_000), "slowdown", "jax", 1.0, "replay no slower than jax.jit"),
+    Target(GROUP_C_BATCH, "speedup", "tapejit threads=1", 1.7, "2 threads >= 1.7x faster than 1",
+           row="tapejit threads=2"),
 )
 
 
@@ -76,15 +98,16 @@ class Verdict(NamedTuple):
 
 def evaluate(target, times):
     """Verdict for ``target`` given ``times[group][peer]`` = seconds (one statistic)."""
-    mine = times.get(target.group, {}).get("tapejit")
+    row = target.row
+    mine = times.get(target.group, {}).get(row)
     if target.kind == "phase":
-        other = times.get(target.peer, {}).get("tapejit")
+        other = times.get(target.peer, {}).get(row)
         label = "backward/forward"
     elif target.kind == "seconds":
-        other, label = 1.0, "tapejit seconds"
+        other, label = 1.0, f"{row} seconds"
     else:
         other = times.get(target.group, {}).get(target.peer)
-        label = f"{target.peer}/tapejit" if target.kind == "speedup" else f"tapejit/{target.peer}"
+        label = f"{target.peer}/{row}" if target.kind == "speedup" else f"{row}/{target.peer}"
     if mine is None or other is None:
         return Verdict(target, None, None, "not measured in this run")
     if target.kind == "speedup":

@@ -24,6 +24,8 @@ PROBLEMS = {
     "B 784-128-10 MLP step": ("B", W.MNIST_MLP),
     "C n=10": ("C", 10),
     "C n=1,000,000": ("C", 1_000_000),
+    "C value_and_grad n=10": ("C value_and_grad", 10),
+    "C value_and_grad n=1,000,000": ("C value_and_grad", 1_000_000),
 }
 
 
@@ -35,6 +37,11 @@ def _check(key, compiled, args):
         assert np.isfinite(float(value)) and np.isfinite(np.asarray(grads)).all()
     elif kind == "C":
         W.assert_rosen_grad_ok(np.asarray(out), W.rosen_point(size), f"jax compiled {key}")
+    elif kind == "C value_and_grad":
+        value, grad = out
+        x = W.rosen_point(size)
+        W.assert_rosen_grad_ok(np.asarray(grad), x, f"jax compiled {key}")
+        np.testing.assert_allclose(float(value), W.rosen_value(x), rtol=1e-12)
     else:
         _layers, loss = out
         ref_loss, _ = W.mlp_numpy_loss_and_grads(size, W.mlp_init(size), *W.mlp_batch(size))

@@ -38,33 +38,6 @@ C_PHASE_SIZES = (10, 1_000_000)
 C_PHASE_ROUNDS = {10: 500, 1_000_000: 15}
 
 
-@functools.cache
-def _reference_grads():
-    return W.scalar_graph_reference(W.A_CHECK_OPS)
-
-
-def check_scalar_graph(lib):
-    """Input gradients at ``A_CHECK_OPS`` ops equal the pure-Python reference and, for
-    tapejit, PyTorch's (when installed); relative tolerance, reached inputs only.
-
-    Functional peers return 0, not "no gradient", for inputs the output does not reach.
-    """
-    step, grads_of = W.scalar_graph_timed(lib, W.A_CHECK_OPS)
-    got = grads_of(step())
-    expected = _reference_grads()
-    if lib.name in W.FUNCTIONAL_PEERS:
-        expected = np.nan_to_num(expected, nan=0.0)
-    W.assert_grads_close(got, expected, f"{lib.name} vs Python reference, "
-                                        f"workload A at {W.A_CHECK_OPS} ops")
-    if lib.name == "tapejit":
-        try:
-            torch_lib = W.library("torch")
-        except ImportError:
-            return
-        W.assert_grads_close(got, W.scalar_graph_grads(torch_lib, W.A_CHECK_OPS),
-                             f"{lib.name} vs torch, workload A at {W.A_CHECK_OPS} ops")
-
-
 # ---------------------------------------------------------------------------------------
 # A: eager, record + backward every iteration, garbage collector on
 
@@ -75,7 +48,7 @@ def test_scalar_graph_eager(peer, benchmark, n_ops):
     compile is timed in the JAX compile group); the others record and sweep every time."""
     if peer.name == "jax" and n_ops > 1_000 and not JAX_A_10K:
         pytest.skip(JAX_A_10K_REASON)
-    check_scalar_graph(peer)
+    W.check_scalar_graph(peer)
     assert gc.isenabled(), "workload A is timed with Python's garbage collector on"
     step, grads_of = W.scalar_graph_timed(peer, n_ops)
     benchmark.group = T.GROUP_A_EAGER.format(n=n_ops)
@@ -112,7 +85,7 @@ def _per_record(benchmark, n_records):
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
 def test_scalar_graph_backward_only(peer, benchmark):
     """``out.backward()`` alone on a recorded (and, for tapejit, flushed) graph."""
-    check_scalar_graph(peer)
+    W.check_scalar_graph(peer)
     benchmark.group = T.GROUP_A_BACKWARD
     n_records = []
 
@@ -137,7 +110,7 @@ def test_scalar_graph_backward_only(peer, benchmark):
 @pytest.mark.parametrize("peer", W.AUTOGRAD_PEERS, indirect=True)
 def test_scalar_graph_record_only(peer, benchmark):
     """Recording alone (tapejit: record + flush, i.e. the forward values are computed)."""
-    check_scalar_graph(peer)
+    W.check_scalar_graph(peer)
     benchmark.group = T.GROUP_A_RECORD
     found = []
 
@@ -201,7 +174,7 @@ def test_scalar_graph_cost_vs_length(peer, benchmark, n_ops, heap_frozen):
     fixed costs (sweep calls) dominate, so that size is reported, not asserted.  The GC
     is on, with the heap that existed before the test frozen (``heap_frozen``).
     """
-    check_scalar_graph(peer)
+    W.check_scalar_graph(peer)
     benchmark.group = T.GROUP_A_SCALING
     benchmark.extra_info["n_ops"] = n_ops
 

@@ -84,3 +84,16 @@ def test_evaluate_speedup_slowdown_and_missing_rows():
     assert T.evaluate(target, {group: {"tapejit": 1.0, "torch": 12.0}}).met is True
     verdict = T.evaluate(target, {group: {"tapejit": 1.0}})
     assert verdict.met is None and verdict.value is None
+
+
+def test_evaluate_two_rows_of_tapejit():
+    """The batched-replay target compares tapejit with itself: 1 thread over 2 threads."""
+    target = next(t for t in T.TARGETS if t.group == T.GROUP_C_BATCH)
+    rows = [(T.GROUP_C_BATCH, {"peer": "tapejit", "threads": 1}, {"median": 0.010}, {}),
+            (T.GROUP_C_BATCH, {"peer": "tapejit", "threads": 2}, {"median": 0.004}, {})]
+    times = T.table(T.labelled(rows))
+    assert times == {T.GROUP_C_BATCH: {"tapejit threads=1": 0.010, "tapejit threads=2": 0.004}}
+    verdict = T.evaluate(target, times)
+    assert verdict.met is True
+    assert verdict.detail == "tapejit threads=1/tapejit threads=2 = 2.5 (needs >= 1.7): met"
+    assert T.evaluate(target, {T.GROUP_C_BATCH: {"tapejit threads=1": 0.010}}).met is None

@@ -16,10 +16,14 @@ definitions.
 * Workload C -- the extended Rosenbrock function's gradient, via tensor ops and
   ``.backward()``, against hand-written NumPy and ``scipy.optimize.rosen_der``.
 * Start-up -- a fresh interpreter that imports the library and takes one tiny gradient.
+* Replay -- A, B and C again under ``tj.compile`` (traced once, then replayed in one
+  compiled call): ``scalar_graph_fn``, ``ReplayMLP``, ``rosen`` with
+  ``rosen_value_and_grad_numpy`` as the hand-written reference.
 
 Nothing here imports a peer library at module import time, so this file loads without
 torch, JAX or autograd installed; ``library(name)`` imports on demand.
 """
+import functools
 import importlib
 import math
 from typing import NamedTuple
@@ -177,6 +181,41 @@ def scalar_graph_timed(lib, n_ops):
         return (lambda: scalar_graph_reference(n_ops)), np.asarray
     import peers_functional
     return peers_functional.scalar_graph_timed(lib.name, n_ops)
+
+
+def scalar_graph_fn(tl, F, n_ops):
+    """Workload A as a numeric function of one 100-vector, for ``tj.compile(tj.value_and_grad(f))``:
+    ``f(x)`` unbinds ``x`` into the 100 inputs, builds the same graph as ``scalar_graph``
+    and returns the last node."""
+    def scalar_graph(x):
+        return demo.scalar_graph(tl, F, n_ops, list(x.unbind(0)))[1]
+    return scalar_graph
+
+
+@functools.cache
+def _reference_grads(n_ops):
+    return scalar_graph_reference(n_ops)
+
+
+def check_scalar_graph(lib):
+    """Input gradients at ``A_CHECK_OPS`` ops equal the pure-Python reference and, for
+    tapejit, PyTorch's (when installed); relative tolerance, reached inputs only.
+
+    Functional peers return 0, not "no gradient", for inputs the output does not reach.
+    """
+    step, grads_of = scalar_graph_timed(lib, A_CHECK_OPS)
+    got = grads_of(step())
+    expected = _reference_grads(A_CHECK_OPS)
+    if lib.name in FUNCTIONAL_PEERS:
+        expected = np.nan_to_num(expected, nan=0.0)
+    assert_grads_close(got, expected, f"{lib.name} vs Python reference, workload A at {A_CHECK_OPS} ops")
+    if lib.name == "tapejit":
+        try:
+            torch_lib = library("torch")
+        except ImportError:
+            return
+        assert_grads_close(got, scalar_graph_grads(torch_lib, A_CHECK_OPS),
+                           f"{lib.name} vs torch, workload A at {A_CHECK_OPS} ops")
 
 
 def assert_grads_close(actual, expected, what, rtol=1e-9):
@@ -350,6 +389,41 @@ class NumpyMLP:
         return [a.copy() for a in flat_params(self.layers)]
 
 
+class ReplayMLP(ModuleMLP):
+    """Workload B's step under ``tj.compile`` (tapejit only): the compiled function does
+    ``zero_grad()``, forward, loss and ``backward()`` and returns the loss;
+    ``optimizer.step()`` runs outside it, between calls, as ``tj.compile`` asks.
+
+    The constructor makes the first call, which traces (it computes gradients but updates
+    nothing), so every ``step()`` is a replay: ``traces`` stays 1.  The batch is passed
+    as arguments, as a training loop would.  Integer arrays (the cross-entropy labels)
+    are part of a trace's signature, so here one fixed batch is replayed; a new label
+    array would trace again.
+    """
+
+    def __init__(self, lib, spec, params, x, y):
+        if lib.name != "tapejit":
+            raise ValueError(f"ReplayMLP runs tapejit's tj.compile, not {lib.name}")
+        super().__init__(lib, spec, params, x, y)
+        self.compiled = lib.tl.compile(self._forward_backward)
+        self.compiled(self.x, self.y)
+
+    def _forward_backward(self, x, y):
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+    def step(self):
+        loss = self.compiled(self.x, self.y)
+        self.optimizer.step()
+        return loss
+
+    @property
+    def traces(self):
+        return self.compiled.stats()["traces"]
+
+
 def mlp_trainer(lib, spec, params=None, batch=None):
     """A trainer (``step()``, ``loss_value(loss)``, ``params()``) for peer ``lib``."""
     params = mlp_init(spec) if params is None else params
@@ -383,6 +457,18 @@ def assert_mlp_step_ok(trainer, spec, what):
                                    err_msg=f"{what}: SGD update of parameter {k}")
 
 
+def assert_mlp_trained(trainer, spec, what):
+    """After some steps on the one batch: every parameter is finite and the loss
+    (recomputed in NumPy from the trainer's parameters) is below the initial loss."""
+    flat = trainer.params()
+    assert all(np.isfinite(p).all() for p in flat), what
+    layers = list(zip(flat[::2], flat[1::2]))
+    x, y = mlp_batch(spec)
+    first = mlp_numpy_loss_and_grads(spec, mlp_init(spec), x, y)[0]
+    last = mlp_numpy_loss_and_grads(spec, layers, x, y)[0]
+    assert last < first, (what, first, last)
+
+
 # ---------------------------------------------------------------------------------------
 # Workload C: extended Rosenbrock
 
@@ -409,6 +495,20 @@ def rosen_grad_numpy(x):
     g[-1] = 0.0
     g[1:] += 200.0 * t
     return g
+
+
+def rosen_value_and_grad_numpy(x):
+    """``(value, gradient)`` by hand, sharing ``t`` between them: the reference for
+    ``tj.compile(tj.value_and_grad(rosen))``."""
+    a = x[:-1]
+    t = x[1:] - a * a
+    u = 1.0 - a
+    value = float(100.0 * np.dot(t, t) + np.dot(u, u))
+    g = np.empty_like(x)
+    g[:-1] = -400.0 * a * t - 2.0 * u
+    g[-1] = 0.0
+    g[1:] += 200.0 * t
+    return value, g
 
 
 def rosen_grad_autograd(lib):

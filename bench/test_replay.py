@@ -1,0 +1,347 @@
+"""``tj.compile``: workloads A, B and C replayed, side by side with the peers and the limits.
+
+``tj.compile(fn)`` traces ``fn`` on its first call and then replays the recorded tape
+(forward, seed and backward in one compiled Numba call) on later calls with the same
+signature.  In these groups the row ``tapejit`` is the replay: its trace is made before
+timing, and every timed call must replay (the test checks that the compiled function
+still holds exactly one trace afterwards).  ``tapejit_eager`` is tapejit's eager API,
+``interpreter`` the hand-written tape interpreter of ``interpreter.py`` run on the
+replay's own arrays.  The other peers run as in ``test_core.py``/``test_mlp.py``.
+
+Every row is checked before it is timed, and its timed result again after:
+
+* A: at ``A_CHECK_OPS`` the replayed gradient equals the pure-Python reference; at the
+  timed size the replay's value and gradient equal eager tapejit's, and the interpreter's
+  value, gradient, every intermediate value and every record's adjoint equal the
+  replay's.
+* B: one replayed step from the shared initial parameters equals the hand-written NumPy
+  step (loss and SGD update), and training lowers the loss.
+* C: value and gradient equal ``math.fsum`` and ``scipy.optimize.rosen_der``; the batch
+  equals single replays row by row, and ``rosen_der``.
+"""
+import os
+
+import numba
+import numpy as np
+import peers_functional as P
+import pytest
+import targets as T
+import workloads as W
+from interpreter import Interpreter, op_names
+
+A_REPLAY_SIZES = (1_000, 10_000)
+A_REPLAY_PEERS = ("tapejit", "interpreter", "torch", "jax")
+#: JAX compiles a 10,000-op scalar graph in about 4 minutes (as in test_core.py)
+JAX_A_10K = os.environ.get("TAPEJIT_BENCH_JAX_10K") == "1"
+JAX_A_10K_REASON = ("JAX compiles the 10,000-op scalar graph in minutes; "
+                    "set TAPEJIT_BENCH_JAX_10K=1 to include it")
+FIRST_CALL_OPS = 10_000
+FIRST_CALL_ROUNDS = 5
+
+B_REPLAY_PEERS = ("tapejit", "tapejit_eager", "torch", "jax", "numpy")
+B_SPECS = {"tiny": (W.TINY_MLP, T.GROUP_B_TINY_REPLAY), "mnist": (W.MNIST_MLP, T.GROUP_B_MNIST_REPLAY)}
+
+C_REPLAY_SIZES = (10, 1_000_000)
+C_REPLAY_PEERS = ("tapejit", "tapejit_eager", "jax", "numpy")
+C_BIG = 100_000          # from this size on: pedantic, C_BIG_ROUNDS rounds
+C_BIG_ROUNDS = 15
+
+BATCH_N = 10
+BATCH_ROWS = 10_000
+#: rows of the batch compared with single replays (first, last and a spread between)
+BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
+
+#: row (the ``peer`` parameter) -> the peer library it needs
+ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit",
+               "torch": "torch", "jax": "jax", "numpy": "numpy"}
+
+
+def load_row(row):
+    """The ``workloads.Lib`` behind row ``row``; skips with the reason if it is missing."""
+    name = ROW_LIBRARY[row]
+    module, hint = W.PEERS[name]
+    pytest.importorskip(module, reason=f"peer {name!r} is not installed ({hint})")
+    return W.library(name)
+
+
+def only_trace(compiled):
+    """The compiled function's one trace (a second one would mean a call retraced)."""
+    stats = compiled.stats()
+    assert stats["traces"] == 1, f"expected one trace, found {stats}"
+    return next(iter(compiled.traces.values()))
+
+
+def _per_record(benchmark, records):
+    benchmark.extra_info["records"] = records
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["ns_per_record"] = round(stats.stats.median * 1e9 / records, 2)
+
+
+# ---------------------------------------------------------------------------------------
+# A: the scalar graph as tj.compile(tj.value_and_grad(f)) of a 100-vector
+
+def compile_scalar_graph(n_ops):
+    """``(compiled, x)``: workload A at ``n_ops`` compiled and traced (first call) on the
+    inputs ``x_i = i/100``; later calls replay."""
+    import tapejit as tj
+    import tapejit.nn.functional as F
+    x = P.scalar_inputs_array()
+    compiled = tj.compile(tj.value_and_grad(W.scalar_graph_fn(tj, F, n_ops)))
+    compiled(x)
+    return compiled, x
+
+
+def eager_scalar_graph(n_ops):
+    """Eager tapejit's value and input gradients (0 where unreached) of workload A."""
+    lib = W.library("tapejit")
+    inputs, out = W.scalar_graph(lib, n_ops)
+    value = float(out.item())
+    out.backward()
+    return value, np.nan_to_num(W.input_grads(inputs), nan=0.0)
+
+
+def assert_same_result(got, want, what, rtol=1e-12):
+    """``(value, grads)`` pairs equal: value to ``rtol``, gradient entries to ``rtol``."""
+    np.testing.assert_allclose(got[0], want[0], rtol=rtol, atol=0, err_msg=f"{what}: value")
+    np.testing.assert_allclose(got[1], want[1], rtol=rtol, atol=0, err_msg=f"{what}: gradient")
+
+
+def check_replay(n_ops):
+    """The replay of workload A: at ``A_CHECK_OPS`` its gradient equals the Python
+    reference (0 for unreached inputs, as tj.value_and_grad gives); at ``n_ops`` its value
+    and gradient equal eager tapejit's (the gradient has underflowed to 0 there).
+    Returns ``(compiled, x, replayed result)`` at ``n_ops``."""
+    compiled, x = compile_scalar_graph(W.A_CHECK_OPS)
+    value, grads = compiled(x)
+    only_trace(compiled)
+    W.assert_grads_close(grads, np.nan_to_num(W.scalar_graph_reference(W.A_CHECK_OPS), nan=0.0),
+                         f"tj.compile replay vs Python reference, workload A at {W.A_CHECK_OPS} ops")
+    assert_same_result((value, grads), eager_scalar_graph(W.A_CHECK_OPS),
+                       f"replay vs eager tapejit at {W.A_CHECK_OPS} ops", rtol=1e-9)
+    compiled, x = compile_scalar_graph(n_ops)
+    result = compiled(x)
+    only_trace(compiled)
+    assert np.isfinite(result[0]) and np.isfinite(result[1]).all()
+    assert_same_result(result, eager_scalar_graph(n_ops), f"replay vs eager tapejit at {n_ops:,} ops")
+    return compiled, x, result
+
+
+def check_interpreter(compiled, x, n_ops):
+    """The interpreter on the replay's own arrays computes what the replay computed: the
+    value, the input gradient, every value slot and the adjoint of every record's
+    output.  Returns the interpreter."""
+    entry = only_trace(compiled)
+    tape = entry.frozen.tape
+    want = compiled(x)
+    values, adjoints = tape.vals[0].copy(), tape.adj[0].copy()
+    interpreter = Interpreter(entry)
+    got = interpreter.run(x)
+    what = f"interpreter vs replay, workload A at {n_ops:,} ops ({op_names(tape)})"
+    assert_same_result(got, want, what)
+    np.testing.assert_allclose(tape.vals[0], values, rtol=1e-12, atol=0, err_msg=f"{what}: values")
+    outs = tape.rec[:tape.nrec, 1]
+    np.testing.assert_allclose(tape.adj[0][outs], adjoints[outs], rtol=1e-12, atol=0,
+                               err_msg=f"{what}: adjoints")
+    assert np.count_nonzero(adjoints[outs]) > 1, f"{what}: only the root has an adjoint"
+    return interpreter
+
+
+@pytest.mark.parametrize("n_ops", A_REPLAY_SIZES)
+@pytest.mark.parametrize("peer", A_REPLAY_PEERS)
+def test_scalar_graph_replay(peer, benchmark, n_ops):
+    """``x -> (value, input gradients)`` of workload A.  tapejit replays its trace;
+    the interpreter runs the same frozen arrays; torch records and sweeps every call;
+    JAX runs its compiled ``value_and_grad``."""
+    lib = load_row(peer)
+    benchmark.group = T.GROUP_A_REPLAY.format(n=n_ops)
+    benchmark.extra_info["n_ops"] = n_ops
+    if peer in ("torch", "jax"):
+        if peer == "jax" and n_ops > 1_000 and not JAX_A_10K:
+            pytest.skip(JAX_A_10K_REASON)
+        W.check_scalar_graph(lib)
+        step, grads_of = W.scalar_graph_timed(lib, n_ops)
+        grads = grads_of(benchmark(step))
+        assert grads.shape == (W.N_INPUTS,) and np.isfinite(grads[~np.isnan(grads)]).all()
+        return
+    compiled, x, want = check_replay(n_ops)
+    records = compiled.stats()["records"][0]
+    if peer == "interpreter":
+        check_interpreter(*compile_scalar_graph(W.A_CHECK_OPS), W.A_CHECK_OPS)
+        run = check_interpreter(compiled, x, n_ops).run
+    else:
+        run = compiled
+    got = benchmark(run, x)
+    assert_same_result(got, want, f"{peer} (timed call), workload A at {n_ops:,} ops")
+    only_trace(compiled)
+    _per_record(benchmark, records)
+
+
+@pytest.mark.parametrize("peer", ("tapejit",))
+def test_scalar_graph_first_call(peer, benchmark):
+    """The first call of a fresh ``tj.compile(tj.value_and_grad(f))``: the eager trace of
+    10,000 ops, then freezing it.  Each round compiles anew (untimed setup); one warm-up
+    round first, so the sweeps are loaded (a warm Numba cache)."""
+    import tapejit as tj
+    import tapejit.nn.functional as F
+    _, x, want = check_replay(FIRST_CALL_OPS)
+    benchmark.group = T.GROUP_A_FIRST_CALL
+    benchmark.extra_info["n_ops"] = FIRST_CALL_OPS
+    last = []
+
+    def setup():
+        compiled = tj.compile(tj.value_and_grad(W.scalar_graph_fn(tj, F, FIRST_CALL_OPS)))
+        last[:] = [compiled]
+        return (compiled, x), {}
+
+    def first_call(compiled, x):
+        return compiled(x)
+
+    got = benchmark.pedantic(first_call, setup=setup, rounds=FIRST_CALL_ROUNDS, warmup_rounds=1,
+                             iterations=1)
+    assert_same_result(got, want, "first call (trace) vs replay, workload A at 10,000 ops")
+    only_trace(last[0])
+    stats = last[0].stats()
+    benchmark.extra_info["records_traced"] = stats["records_traced"][0]
+    benchmark.extra_info["records"] = stats["records"][0]
+
+
+# ---------------------------------------------------------------------------------------
+# B: the training step replayed
+
+def mlp_row_trainer(row, lib, spec):
+    """The trainer of row ``row``: the replayed step for ``tapejit`` (traced on creation),
+    the existing ones otherwise."""
+    if row == "tapejit":
+        return W.ReplayMLP(lib, spec, W.mlp_init(spec), *W.mlp_batch(spec))
+    return W.mlp_trainer(lib, spec)
+
+
+@pytest.mark.parametrize("model", tuple(B_SPECS))
+@pytest.mark.parametrize("peer", B_REPLAY_PEERS)
+def test_mlp_step_replayed(peer, benchmark, model):
+    """One training step.  tapejit: ``step(x, y)`` compiled (zero_grad, forward, loss,
+    backward), then ``optimizer.step()``; the others as in ``test_mlp.py``."""
+    spec, group = B_SPECS[model]
+    lib = load_row(peer)
+    if lib.name in W.AUTOGRAD_PEERS:
+        reason = W.missing_module_api(lib)
+        if reason:
+            pytest.skip(reason)
+    what = f"{peer} {model} MLP step"
+    trainer = mlp_row_trainer(peer, lib, spec)
+    W.assert_mlp_step_ok(trainer, spec, what + (" (one replayed step)" if peer == "tapejit" else ""))
+    if peer == "tapejit":
+        assert trainer.traces == 1, f"{what}: the checked step traced again"
+    trainer = mlp_row_trainer(peer, lib, spec)
+    benchmark.group = group
+    benchmark.extra_info["model"] = model
+    benchmark(trainer.step)
+    W.assert_mlp_trained(trainer, spec, what)
+    if peer == "tapejit":
+        assert trainer.traces == 1, f"{what}: a timed step traced again"
+        benchmark.extra_info["records"] = trainer.compiled.stats()["records"][0]
+
+
+# ---------------------------------------------------------------------------------------
+# C: Rosenbrock value and gradient replayed, and batched over many points
+
+def rosen_row(row, lib, x):
+    """``(value_and_grad, arg)`` of row ``row`` at ``x``; ``value_and_grad(arg)`` returns
+    ``(value, gradient)``."""
+    if row == "tapejit":
+        compiled = lib.tl.compile(lib.tl.value_and_grad(W.rosen))
+        compiled(x)                          # the trace
+        return compiled, x
+    if row == "tapejit_eager":
+        return lib.tl.value_and_grad(W.rosen), x
+    if row == "numpy":
+        return W.rosen_value_and_grad_numpy, x
+    return P.rosen_value_and_grad_fn(row, x)
+
+
+def check_rosen(out, x, what):
+    value, grad = out
+    W.assert_rosen_grad_ok(np.asarray(grad), x, what)
+    np.testing.assert_allclose(float(value), W.rosen_value(x), rtol=1e-12, err_msg=f"{what}: value")
+
+
+@pytest.mark.parametrize("n", C_REPLAY_SIZES)
+@pytest.mark.parametrize("peer", C_REPLAY_PEERS)
+def test_rosenbrock_replay(peer, benchmark, n):
+    """``x -> (value, gradient)``: ``tj.compile(tj.value_and_grad(rosen))`` replayed,
+    eager ``tj.value_and_grad``, ``jax.jit(jax.value_and_grad)``, and both by hand."""
+    lib = load_row(peer)
+    x = W.rosen_point(n)
+    fn, arg = rosen_row(peer, lib, x)
+    check_rosen(fn(arg), x, f"{peer} Rosenbrock value and gradient, n={n:,}")
+    benchmark.group = T.GROUP_C_REPLAY.format(n=n)
+    benchmark.extra_info["n"] = n
+    if n >= C_BIG:
+        out = benchmark.pedantic(fn, args=(arg,), rounds=C_BIG_ROUNDS, warmup_rounds=1, iterations=1)
+    else:
+        out = benchmark(fn, arg)
+    check_rosen(out, x, f"{peer} Rosenbrock value and gradient (timed call), n={n:,}")
+    if peer == "tapejit":
+        only_trace(fn)
+        benchmark.extra_info["records"] = fn.stats()["records"][0]
+
+
+@numba.njit(parallel=True, cache=True)
+def _thread_ids(n):
+    ids = np.empty(n, np.int64)
+    for i in numba.prange(n):
+        ids[i] = numba.get_thread_id()
+    return ids
+
+
+def check_threads_used(threads):
+    """A ``prange`` loop now runs on exactly ``threads`` of Numba's threads."""
+    assert numba.get_num_threads() == threads
+    for _ in range(5):    # a thread may miss a short loop on a busy machine: try again
+        seen = set(_thread_ids(1_000 * threads).tolist())
+        assert seen <= set(range(threads)), seen
+        if len(seen) == threads:
+            return
+    raise AssertionError(f"a prange loop ran on threads {sorted(seen)}, expected {threads} threads")
+
+
+@pytest.mark.parametrize("threads", (1, 2))
+@pytest.mark.parametrize("peer", ("tapejit",))
+def test_rosenbrock_batch(peer, benchmark, threads):
+    """``compiled.batch(X)``: the n=10 trace for 10,000 points at once (``prange`` over
+    chunks of rows), on 1 and on 2 of Numba's threads."""
+    pool = numba.config.NUMBA_NUM_THREADS
+    if threads > pool:
+        pytest.skip(f"Numba's thread pool has {pool} thread(s) in this process (NUMBA_NUM_THREADS="
+                    f"{os.environ.get('NUMBA_NUM_THREADS')} when numba was imported; bench/conftest.py "
+                    f"makes it min(2, CPUs) = {min(2, os.cpu_count() or 1)} unless it is exported)")
+    lib = load_row(peer)
+    tj = lib.tl
+    X = np.random.default_rng(2).uniform(-2.0, 2.0, (BATCH_ROWS, BATCH_N))
+    compiled = tj.compile(tj.value_and_grad(W.rosen))
+    compiled(X[0])                           # the trace, also used by the single replays
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        check_threads_used(threads)
+        values, grads = compiled.batch(X)
+        assert values.shape == (BATCH_ROWS,) and grads.shape == (BATCH_ROWS, BATCH_N)
+        for i in BATCH_CHECK_ROWS:
+            what = f"batch row {i} vs a single replay ({threads} threads)"
+            assert_same_result((values[i], grads[i]), compiled(X[i]), what)
+            check_rosen((values[i], grads[i]), X[i], what)
+        benchmark.group = T.GROUP_C_BATCH
+        benchmark.extra_info["threads"] = threads
+        benchmark.extra_info["rows"] = BATCH_ROWS
+        out = benchmark(compiled.batch, X)
+        np.testing.assert_array_equal(out[0], values, err_msg="timed batch: values")
+        np.testing.assert_array_equal(out[1], grads, err_msg="timed batch: gradients")
+        assert numba.get_num_threads() == threads
+    finally:
+        numba.set_num_threads(before)
+    only_trace(compiled)
+    benchmark.extra_info["threading_layer"] = numba.threading_layer()
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["us_per_row"] = round(stats.stats.median * 1e6 / BATCH_ROWS, 3)
