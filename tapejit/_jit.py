@@ -32,8 +32,18 @@ def kernel(fn):
     dispatcher); the generated sweep module applies it again to a marked function and gets
     the compiled kernel.  So importing tapejit builds no dispatcher per kernel."""
     if getattr(fn, "py_func", None) is fn:
+        if getattr(fn, "inline_always", False):
+            return njit(inline="always", **_COMMON)(fn)
         return njit(**_COMMON)(fn)
     fn.py_func = fn
+    return fn
+
+
+def small_kernel(fn):
+    """A ``kernel`` run once per record in scalar graphs (copies, stack, small softmax):
+    inlined into the sweep at its one call site, where a call costs as much as its work."""
+    fn = kernel(fn)
+    fn.inline_always = True
     return fn
 
 

@@ -181,15 +181,21 @@ def _backward_case(op, ind):
 
 
 def _dispatch(ops, case, ind):
-    lines = []
-    first = True
+    """An if/elif ladder over opcodes; ops whose case is the same code (aliases running one
+    kernel: reshape, view, unbind, select, ...) share a branch, so each kernel has one
+    call site in the sweep and small ones can be inlined at it."""
+    branches = {}
     for op in ops:
         if op.kind in ("load", "cast"):
             continue
-        kw = "if" if first else "elif"
-        first = False
-        lines.append(f"{ind}{kw} op == {op.opcode}:  # {op.name}")
-        lines += case(op, ind + "    ")
+        body = tuple(case(op, ind + "    "))
+        branches.setdefault(body, []).append(op)
+    lines = []
+    for i, (body, members) in enumerate(branches.items()):
+        kw = "if" if i == 0 else "elif"
+        test = " or ".join(f"op == {op.opcode}" for op in members)
+        lines.append(f"{ind}{kw} {test}:  # {', '.join(op.name for op in members)}")
+        lines += body
     return lines
 
 

@@ -5,13 +5,13 @@ softmax ``dx = y * (g - sum(g * y))``, log-softmax ``dx = g - exp(y) * sum(g)``.
 """
 import numpy as np
 
-from tapejit._jit import kernel
+from tapejit._jit import kernel, small_kernel
 from tapejit.ops._kernel_helpers import acc
 from tapejit.registry import define_kernel
 from tapejit.samples import cases, anywhere
 
 
-@kernel
+@small_kernel
 def softmax_forward(v, out, a, b, p, q, ints, floats):
     outer = ints[p]
     length = ints[p + 1]
@@ -35,7 +35,7 @@ def softmax_forward(v, out, a, b, p, q, ints, floats):
                     v[out + base + j * inner] = np.exp(v[a + base + j * inner] - m) / s
 
 
-@kernel
+@small_kernel
 def softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     if ma == 0:
         return

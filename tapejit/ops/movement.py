@@ -14,7 +14,7 @@ Static layouts live in the tape's ``ints`` column at index ``p``:
 """
 import numpy as np
 
-from tapejit._jit import kernel
+from tapejit._jit import kernel, small_kernel
 from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere
@@ -22,7 +22,7 @@ from tapejit.samples import cases, anywhere
 
 # ---- copy_range: a contiguous run of the source (select on dim 0, slices, reshapes) -------
 
-@kernel
+@small_kernel
 def copy_range_forward(v, out, a, b, p, q, ints, floats):
     # b = start within the source (recorded as ~start: not an operand), p = count
     start = a + b
@@ -30,7 +30,7 @@ def copy_range_forward(v, out, a, b, p, q, ints, floats):
         v[out + i] = v[start + i]
 
 
-@kernel
+@small_kernel
 def copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     # q = the source's size, for zeroing the part of its adjoint this copy does not cover
     if ma == 0:
@@ -188,7 +188,7 @@ INDEX_SELECT = same_kernels("index_select", "IndexSelectBackward0", INDEX,
 
 # ---- cat / stack ------------------------------------------------------------------------
 
-@kernel
+@small_kernel
 def cat_forward(v, out, a, b, p, q, ints, floats):
     k = ints[p]
     outer = ints[p + 1]
@@ -203,7 +203,7 @@ def cat_forward(v, out, a, b, p, q, ints, floats):
             o += inner
 
 
-@kernel
+@small_kernel
 def cat_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     k = ints[p]
     outer = ints[p + 1]
