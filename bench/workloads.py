@@ -396,9 +396,8 @@ class ReplayMLP(ModuleMLP):
 
     The constructor makes the first call, which traces (it computes gradients but updates
     nothing), so every ``step()`` is a replay: ``traces`` stays 1.  The batch is passed
-    as arguments, as a training loop would.  Integer arrays (the cross-entropy labels)
-    are part of a trace's signature, so here one fixed batch is replayed; a new label
-    array would trace again.
+    as arguments, as a training loop would; the cross-entropy labels are replay inputs
+    too (tapejit/replay/labels.py), so a new batch of the same shape would replay.
     """
 
     def __init__(self, lib, spec, params, x, y):

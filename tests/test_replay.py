@@ -578,29 +578,28 @@ def test_readme_replay_example_runs():
     np.testing.assert_allclose(scope["grad"], tj.value_and_grad(scope["rosen"])(np.zeros(10))[1])
 
 
-def test_integer_labels_are_part_of_the_signature_and_traces_are_bounded():
-    w = tj.ones(3, 2, dtype=tj.float64, requires_grad=True)
+def test_traces_are_bounded_with_a_warning():
+    w = tj.ones(3, dtype=tj.float64, requires_grad=True)
 
     @tj.compile(max_traces=2)
-    def step(x, y):
+    def step(x, scale):
         w.grad = None
-        loss = F.cross_entropy(x @ w, y)
+        loss = (w * x).sum() * scale
         loss.backward()
         return loss
 
-    x = tj.randn(4, 3, dtype=tj.float64)
-    for labels in ([0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 1]):
-        y = tj.tensor(labels)
-        with tj.no_grad():
-            expected = F.cross_entropy(x @ w, y).item()
-        if labels == [0, 0, 0, 1]:
+    x = tj.ones(3, dtype=tj.float64)
+    for scale in (1.0, 2.0, 3.0):
+        if scale == 3.0:
             with pytest.warns(RuntimeWarning, match="signatures traced"):
-                got = step(x, y).item()
+                got = step(x, scale).item()
         else:
-            got = step(x, y).item()
-        assert got == pytest.approx(expected, rel=1e-12)
-        assert step(x, y).item() == pytest.approx(expected, rel=1e-12)   # replayed
+            got = step(x, scale).item()
+        assert got == 3.0 * scale
+        assert step(x, scale).item() == 3.0 * scale   # replayed
     assert step.stats()["traces"] == 2
+    with pytest.raises(ValueError, match="max_traces"):
+        tj.compile(step, max_traces=0)
 
 
 def test_backward_inputs_restrict_the_leaves_that_receive_gradients():
@@ -648,3 +647,85 @@ def test_compiled_method():
     trainer.model(x).pow(2).mean().backward()
     np.testing.assert_allclose(expected, trainer.model.weight.grad.numpy(), rtol=1e-12)
     assert Trainer.step.stats()["traces"] == 1
+
+
+def _classifier_step(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+    return step
+
+
+def test_new_label_batches_replay_without_tracing_again():
+    rng = np.random.default_rng(5)
+    batches = [(tj.from_numpy(rng.standard_normal((8, 3))), tj.from_numpy(rng.integers(0, 2, 8)))
+               for _ in range(6)]
+    results = []
+    for compiled in (False, True):
+        model = _mlp(7, tj.float64)
+        opt = tj.optim.SGD(model.parameters(), lr=0.1)
+        step = _classifier_step(model, opt)
+        run = tj.compile(step) if compiled else step
+        losses = []
+        for _ in range(3):
+            for x, y in batches:
+                losses.append(run(x, y).item())
+                opt.step()
+        results.append(losses)
+        if compiled:
+            assert run.stats()["traces"] == 1
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+
+
+def test_labels_out_of_range_and_ignored_labels_on_replay():
+    model = _mlp(8, tj.float64)
+    opt = tj.optim.SGD(model.parameters(), lr=0.1)
+    step = tj.compile(_classifier_step(model, opt))
+    x = tj.randn(4, 3, dtype=tj.float64)
+    step(x, tj.tensor([0, 1, 1, 0]))
+    with pytest.raises(IndexError, match="out of bounds"):
+        step(x, tj.tensor([0, 5, 1, 0]))
+    # an ignored label changes what is recorded: a trace of its own, with eager's value
+    y = tj.tensor([0, -100, 1, 0])
+    with tj.no_grad():
+        expected = F.cross_entropy(model(x), y).item()
+    assert step(x, y).item() == pytest.approx(expected, rel=1e-12)
+    assert step.stats()["traces"] == 2
+
+
+def test_labels_read_another_way_stay_part_of_the_signature():
+    w = tj.ones(3, 2, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile
+    def step(x, y):
+        w.grad = None
+        loss = F.cross_entropy(x @ w, y, weight=tj.tensor([1.0, 2.0], dtype=tj.float64))
+        loss.backward()
+        return loss
+
+    x = tj.randn(4, 3, dtype=tj.float64)
+    for labels_ in ([0, 1, 1, 0], [1, 1, 0, 0]):
+        y = tj.tensor(labels_)
+        with tj.no_grad():
+            expected = F.cross_entropy(x @ w, y, weight=tj.tensor([1.0, 2.0], dtype=tj.float64)).item()
+        assert step(x, y).item() == pytest.approx(expected, rel=1e-12)
+    assert step.stats()["traces"] == 2
+
+
+def test_compiled_model_with_loss_and_labels_outside_backward():
+    model = _mlp(9, tj.float64)
+    loss_of = tj.compile(lambda x, y: F.cross_entropy(model(x), y))
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = tj.from_numpy(rng.standard_normal((5, 3)))
+        y = tj.from_numpy(rng.integers(0, 2, 5))
+        model.zero_grad()
+        loss_of(x, y).backward()
+        got = [p.grad.numpy().copy() for p in model.parameters()]
+        model.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        for a, p in zip(got, model.parameters()):
+            np.testing.assert_allclose(a, p.grad.numpy(), rtol=1e-12, atol=1e-14)
+    assert loss_of.stats()["traces"] == 1

@@ -16,6 +16,8 @@ from tapejit.ops.linalg import dot
 from tapejit.ops.movement import INDEX, _gather, where
 from tapejit.ops.unary import softplus
 from tapejit.recording import broadcast_shapes
+from tapejit.replay import labels
+from tapejit.tape import current
 from tapejit.tensor import Tensor, _concrete
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -92,7 +94,7 @@ def _class_targets(op, input, target, ignore_index):
         raise RuntimeError(f"{op}: expected target size {list(expected)}, got {list(target._shape)} "
                            f"(input {list(input._shape)})")
     classes = input._shape[class_dim]
-    values = target._value()
+    values = labels.values(target)
     bad = (values != ignore_index) & ((values < 0) | (values >= classes))
     if bad.any():
         raise IndexError(f"Target {values[bad].reshape(-1)[0]} is out of bounds. "
@@ -109,7 +111,7 @@ def _class_weights(weight, classes, like):
     return np.asarray(weight._value(), like._dtype.np)
 
 
-def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction):
+def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction, source=None):
     """``-log_probs[target]`` weighted and reduced as torch's ``nll_loss``.
 
     The per-target log-probabilities are one index record; the weighted mean or sum of
@@ -117,10 +119,11 @@ def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction):
     index (not multiplied by zero), so a ``-inf`` log-probability of an ignored row
     cannot turn the loss into NaN."""
     if class_dim == 0:  # unbatched (C,) input: a batch of one
-        loss = _nll(log_probs.unsqueeze(0), targets.reshape(1), 1, weights, ignore_index, reduction)
+        loss = _nll(log_probs.unsqueeze(0), targets.reshape(1), 1, weights, ignore_index, reduction, source)
         return loss.reshape(()) if reduction == "none" else loss
     valid = targets != ignore_index
     if reduction == "none":
+        labels.read(source)
         safe = np.where(valid, targets, 0)
         grid = list(np.indices(targets.shape))
         picked = log_probs[tuple([grid[0], safe] + grid[1:])]
@@ -134,8 +137,15 @@ def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction):
     if log_probs.ndim == 2:
         # (N, C): the flat positions row * C + class, without building the index grid
         # that general integer-array indexing needs.
+        tape = current()
+        ints_at = tape.nints + len(tape.pints) + 2     # where _gather's positions go
         picked = _gather(INDEX, log_probs, at[0] * log_probs._shape[1] + chosen)
+        if weights is None and chosen.size == targets.size:
+            labels.patch(source, ints_at, log_probs._shape[1], ignore_index)   # tj.compile
+        else:
+            labels.read(source)
     else:
+        labels.read(source)
         picked = log_probs[(at[0], chosen) + at[1:]]
     coeff = weights[chosen] if weights is not None else np.ones(chosen.shape, log_probs._dtype.np)
     if reduction == "mean":
@@ -152,7 +162,7 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     check_reduction(reduction)
     targets, class_dim = _class_targets("nll_loss", input, target, ignore_index)
     weights = _class_weights(weight, input._shape[class_dim], input)
-    return _nll(input, targets, class_dim, weights, ignore_index, reduction)
+    return _nll(input, targets, class_dim, weights, ignore_index, reduction, target)
 
 
 def _smoothed_class_coefficients(targets, shape, class_dim, weights, ignore_index, smoothing, reduction, np_dtype):
@@ -196,7 +206,8 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
     targets, class_dim = _class_targets("cross_entropy", input, target, ignore_index)
     weights = _class_weights(weight, classes, input)
     if label_smoothing == 0.0:
-        return _nll(log_probs, targets, class_dim, weights, ignore_index, reduction)
+        return _nll(log_probs, targets, class_dim, weights, ignore_index, reduction, target)
+    labels.read(target)
     if class_dim == 0:
         loss = cross_entropy(input.unsqueeze(0), target.reshape(1), weight, ignore_index=ignore_index,
                              reduction=reduction, label_smoothing=label_smoothing)

@@ -26,6 +26,8 @@ import warnings
 import numpy as np
 
 from tapejit.grad_mode import enable_grad
+from tapejit import dtypes
+from tapejit.replay import labels
 from tapejit.replay.frozen import Frozen
 from tapejit.replay.trace import Trace, refuse, tracing
 from tapejit.tape import state
@@ -159,6 +161,7 @@ class _Entry:
         self.functional = functional
         self.keep = None
         self.call = None     # a DifferentiableCall, when results continue the caller's graph
+        self.label_patches = []   # labels.LabelPatch: label arguments that are inputs, not constants
 
 
 class Compiled:
@@ -171,6 +174,7 @@ class Compiled:
         self.traces = {}
         self.max_traces = max_traces
         self._warned = False
+        self._label_positions = frozenset()
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __repr__(self):
@@ -204,12 +208,23 @@ class Compiled:
             return self.fn(*args, **kwargs)
         key = self.signature(args, kwargs)
         entry = self.traces.get(key)
+        if entry is None and self._label_positions:
+            entry = self.traces.get(self.signature(args, kwargs, self._label_positions))
+            if entry is not None:
+                result = self._replay(entry, args, kwargs)
+                if result is not _NEEDS_TRACE:
+                    return result
+                entry = None
         if entry is None:
             entry, result = self._trace(args, kwargs)
             flat = key if not kwargs else key[0] + tuple(v for _, v in key[1])
             if any(k[0] == "object" for k in flat):
                 entry.keep = (args, kwargs)    # their ids are in the key: keep them alive
             self._make_room()
+            if entry.label_patches:
+                # Its labels are inputs: the trace serves every call with labels of that shape.
+                self._label_positions = frozenset(p.position for p in entry.label_patches)
+                key = self.signature(args, kwargs, self._label_positions)
             self.traces[key] = entry
             return result
         return self._replay(entry, args, kwargs)
@@ -228,9 +243,12 @@ class Compiled:
                     f"again at eager speed; pass values that change between calls as float "
                     f"tensors, or raise max_traces.", RuntimeWarning, stacklevel=3)
 
-    def signature(self, args, kwargs):
+    def signature(self, args, kwargs, label_positions=()):
+        """What a trace depends on (see the module docstring); ``label_positions``: int64
+        arguments keyed by shape alone (their values are patched in, see labels.py)."""
         if self.functional is None:
-            keys = tuple([_key(a) for a in args])
+            keys = tuple([("labels", a._shape) if i in label_positions and isinstance(a, Tensor) else _key(a)
+                          for i, a in enumerate(args)])
         else:
             # Differentiated arguments become float leaves whatever they are (a Python float,
             # an int array): only their shape and the leaf's dtype matter.
@@ -253,9 +271,15 @@ class Compiled:
             return self._replay_functional(entry, args, kwargs)
         inputs, _, _ = self._flatten(args, kwargs)
         frozen = entry.frozen
+        patches = [(patch, args[patch.position]._value()) for patch in entry.label_patches]
+        if not all(patch.fits(values) for patch, values in patches):
+            return _NEEDS_TRACE
         if entry.call is not None:
-            return entry.output.build(frozen, inputs.leaves, entry.call.apply(inputs.values, inputs.leaves))
+            results = entry.call.apply(inputs.values, inputs.leaves, patches)
+            return entry.output.build(frozen, inputs.leaves, results)
         with frozen.lock:
+            for patch, values in patches:
+                patch.write(frozen.tape.ints, values)
             frozen.run(inputs.values, inputs.leaves)
             return entry.output.build(frozen, inputs.leaves)
 
@@ -267,6 +291,9 @@ class Compiled:
         arg_of = {}
         with tracing(trace):
             call_args = [_placeholder(trace, inputs, a, arg_of) for a in flat_args]
+            for i, a in enumerate(call_args):
+                if isinstance(a, Tensor) and a._dtype is dtypes.int64 and a._tape is None:
+                    call_args[i] = labels.placeholder(trace, a, i)
             call_kwargs = {k: _placeholder(trace, inputs, v, arg_of) for k, v in flat_kwargs.items()}
             result = self.fn(*call_args, **call_kwargs)
             output = _Output(trace, arg_of, result)
@@ -277,6 +304,7 @@ class Compiled:
                    "tensors, or detach() it.")
         frozen = Frozen(trace, arg_of, output.roots)
         entry = _Entry(frozen, output)
+        entry.label_patches = [p for p in trace.label_patches if p.position in labels.patchable(trace)]
         if output.differentiable:
             from tapejit.replay.function import DifferentiableCall
             entry.call = DifferentiableCall(frozen, output.slots)
@@ -420,6 +448,9 @@ def _placeholder(trace, inputs, a, arg_of):
         arg_of[id(x)] = a
         return x
     return _load_input(trace, x, a, arg_of)
+
+
+_NEEDS_TRACE = object()   # a replay that cannot take this call's labels (see labels.py)
 
 
 class _Index(int):

@@ -41,20 +41,21 @@ class DifferentiableCall:
         self.slots = slots
         self.deliveries = frozen.deliveries([(d, off) for d, off, _, _ in slots])
 
-    def apply(self, inputs, arg_leaves):
-        """Replay with ``inputs`` (arrays by argument index); results as tensors on the caller's
-        tape when some input requires grad."""
+    def apply(self, inputs, arg_leaves, patches=()):
+        """Replay with ``inputs`` (arrays by argument index) and label ``patches``; results as
+        tensors on the caller's tape when some input requires grad."""
         leaves = tuple(arg_leaves[arg] if arg is not None else leaf
                        for _, _, _, _, arg, leaf in self.deliveries)
-        call = _Call(self, inputs)
+        call = _Call(self, inputs, patches)
         outs = CompiledFunction.apply(call, *leaves)
         return outs if isinstance(outs, tuple) else (outs,)
 
 
 class _Call:
-    def __init__(self, plan, inputs):
+    def __init__(self, plan, inputs, patches):
         self.plan = plan
         self.inputs = inputs
+        self.patches = patches
         self.values = None
 
     def forward(self):
@@ -62,10 +63,14 @@ class _Call:
         tape = frozen.tape
         d = frozen.arena
         with frozen.lock:
+            for patch, values in self.patches:
+                patch.write(tape.ints, values)
             frozen.refresh(self.inputs)
             frozen.sweeps.forward(tape.rec, 0, tape.nrec, tape.vals[d], tape.ints, tape.floats[d])
             self.values = tape.vals[d].copy()
-        self.inputs = None
+            # The backward sweep reads the positions too: keep this call's.
+            self.ints = tape.ints.copy() if self.patches else tape.ints
+        self.inputs = self.patches = None
         outs = tuple(_concrete(self.values[off:off + _size(shape)].reshape(shape).copy())
                      for _, off, shape, _ in self.plan.slots)
         return outs if len(outs) > 1 else outs[0]
@@ -88,7 +93,7 @@ class _Call:
                     adj[off:off + n] = g
                     flags[off] = 1
             r = frozen.sweeps.backward(tape.rec, 0, tape.nrec, self.values, adj, flags, tape.freed,
-                                       tape.ints, tape.floats[d], True)
+                                       self.ints, tape.floats[d], True)
             results = []
             for _, off, n, shape, _, _ in plan.deliveries:
                 results.append(_concrete(adj[off:off + n].reshape(shape).copy()) if flags[off] else None)

@@ -118,6 +118,9 @@ class Trace:
         self._keep = []          # ... kept alive, so their ids are not reused
         self.grads_read = {}     # id(.grad tensor read after a backward) -> (leaf, tensor)
         self.graph_args = []     # arguments that require grad and have a graph (not leaves)
+        self.label_args = {}     # int64 tensor arguments: position -> placeholder (labels.py)
+        self.labels_read = set()
+        self.label_patches = []
         self.backward_done = False
 
     def note_created(self, t):
