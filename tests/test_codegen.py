@@ -1,7 +1,7 @@
 """The generated sweep is derived from the registry and can never be stale."""
 import inspect
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys

@@ -3,10 +3,11 @@
 A signature is what a trace depends on: each argument's kind, shape, dtype and
 ``requires_grad`` for tensors and float arrays, and the value itself for anything else
 (Python numbers, strings, integer and boolean arrays: those are baked into the trace, so
-a new value traces again).  Float arguments are passed to ``fn`` as tensors, so the
-trace sees what ``fn`` does with them.
+a new value traces again; class labels that only a cross-entropy reads are the exception,
+see ``labels.py``).  Float arguments are passed to ``fn`` as tensors, so the trace sees
+what ``fn`` does with them.
 
-Three forms:
+The forms:
 
 * ``tj.compile(step)`` for a training step: ``step`` may call ``zero_grad()`` and
   ``loss.backward()``; parameters it closes over are read live at every replay and their
@@ -25,8 +26,8 @@ import warnings
 
 import numpy as np
 
-from tapejit.grad_mode import enable_grad
 from tapejit import dtypes
+from tapejit.grad_mode import enable_grad
 from tapejit.replay import labels
 from tapejit.replay.frozen import Frozen
 from tapejit.replay.trace import Trace, refuse, tracing
@@ -74,23 +75,20 @@ class _Inputs:
         self.values = []
         self.leaves = []
 
-    def walk(self, x, visit):
+    def walk(self, x):
+        """``x`` with each float input replaced by its ``_Index`` in ``values``."""
         if isinstance(x, Tensor) and x._dtype.is_floating_point or _is_float_array(x):
-            return visit(self, x)
+            i = len(self.values)
+            if isinstance(x, Tensor):
+                self.values.append(x._data if x._tape is None else x._value())
+                self.leaves.append(x)
+            else:
+                self.values.append(x)
+                self.leaves.append(None)
+            return _Index(i)
         if isinstance(x, (list, tuple)):
-            return type(x)(self.walk(e, visit) for e in x)
+            return type(x)(self.walk(e) for e in x)
         return x
-
-
-def _collect(inputs, x):
-    i = len(inputs.values)
-    if isinstance(x, Tensor):
-        inputs.values.append(x._data if x._tape is None else x._value())
-        inputs.leaves.append(x)
-    else:
-        inputs.values.append(x)
-        inputs.leaves.append(None)
-    return i
 
 
 class _Output:
@@ -262,8 +260,8 @@ class Compiled:
 
     def _flatten(self, args, kwargs):
         inputs = _Inputs()
-        args = inputs.walk(list(args), _collect_index)
-        kwargs = {k: inputs.walk(v, _collect_index) for k, v in kwargs.items()}
+        args = inputs.walk(list(args))
+        kwargs = {k: inputs.walk(v) for k, v in kwargs.items()}
         return inputs, args, kwargs
 
     def _replay(self, entry, args, kwargs):
@@ -456,9 +454,6 @@ _NEEDS_TRACE = object()   # a replay that cannot take this call's labels (see la
 class _Index(int):
     """A flattened argument's position (tells it apart from an int argument)."""
 
-
-def _collect_index(inputs, x):
-    return _Index(_collect(inputs, x))
 
 
 def compile(fn=None, *, max_traces=32):

@@ -1,7 +1,7 @@
 """A frozen trace: the tape of a first call, cut down to what its results need, replayed.
 
-``freeze`` drops the records that reach neither a returned tensor nor a ``backward()``
-root, works out once which leaves each backward reaches (the graph no longer changes,
+Freezing (``Frozen(...)``) drops the records that reach neither a returned tensor nor a
+``backward()`` root, works out once which leaves each backward reaches (the graph no longer changes,
 so neither does that), and sorts the loads into those a replay must refresh -- the
 arguments, and tensors ``fn`` closes over, read live so an optimizer's updates take
 effect -- and constants made inside ``fn``, which stay as they are in the arena.
@@ -155,7 +155,6 @@ class Frozen:
             f[:] = 0
         self.tape = tape
         self.events = []
-        self._kept_rows = [rows[r] for r in kept]
         self._grad_loads = {(d, off): sources[index] for index, d, off in tape.grad_loads}
         self._arg_of = arg_of
         for event in trace.events:
@@ -180,7 +179,8 @@ class Frozen:
     def deliveries(self, seeds, only=None):
         """``[(arena, off, n, shape, arg index or None, leaf or None)]``: the leaves a backward
         sweep from slots ``seeds`` reaches (all of them, or those in ``only``)."""
-        reached = _reached(self._kept_rows, self.tape.ints, seeds)
+        tape = self.tape
+        reached = _reached(tape.rec[:tape.nrec].tolist(), tape.ints, seeds)
         only_ids = None if only is None else {id(t) for t in only}
         found = []
         for (d, off), src in self._grad_loads.items():
