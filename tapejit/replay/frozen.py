@@ -17,6 +17,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit.ops.core import CAST
+from tapejit.replay._graph import dependencies, listed_operands
 from tapejit.replay.trace import CompileError, refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
@@ -29,10 +30,6 @@ def _load_opcode():
     if _LOAD is None:
         _LOAD = registry.BY_NAME["load"].opcode
     return _LOAD
-
-
-def _decode(field):
-    return field if field >= 0 else ~field
 
 
 class Load:
@@ -52,47 +49,6 @@ class Backward:
         self.deliveries = deliveries    # [(arena, off, n, shape, arg index or None, leaf or None)]
 
 
-def _operands(row, ints):
-    """``[(arena, encoded field)]`` of every tensor operand of record ``row``."""
-    code, out, a, b, p, q = row
-    op = registry.OPS[code >> 1]
-    d = code & 1
-    if op.kind == "load":
-        return []
-    da = 1 - d if op is CAST else d
-    fields = [(da, a), (d, b)]
-    if op.listed is not None:
-        fields += [(d, f) for f in op.listed(ints, p)]
-    return fields
-
-
-def _live_records(rows, ints, roots):
-    """Which records some slot in ``roots`` ({(arena, off)}) depends on (dead-code pass)."""
-    live = set(roots)
-    keep = [False] * len(rows)
-    for r in range(len(rows) - 1, -1, -1):
-        row = rows[r]
-        if (row[0] & 1, row[1]) not in live:
-            continue
-        keep[r] = True
-        for d, f in _operands(row, ints):
-            live.add((d, _decode(f)))
-    return keep
-
-
-def _reached(rows, ints, seeds):
-    """Slots the backward sweep reaches from ``seeds``: the sweep's flags, worked out once."""
-    reached = set(seeds)
-    for r in range(len(rows) - 1, -1, -1):
-        row = rows[r]
-        if (row[0] & 1, row[1]) not in reached:
-            continue
-        for d, f in _operands(row, ints):
-            if f >= 0:
-                reached.add((d, f))
-    return reached
-
-
 class Frozen:
     """A trace ready to replay (see the module docstring)."""
 
@@ -103,7 +59,7 @@ class Frozen:
         tape.flush()
         self.name = trace.name
         self.lock = threading.Lock()
-        rows = tape.rec[:tape.nrec].tolist()
+        rec = tape.rec[:tape.nrec]
         ints = tape.ints
         backwards = [e for e in trace.events if e[0] == "backward"]
         live = set(roots)
@@ -112,17 +68,15 @@ class Frozen:
                 live.add((d, off))
                 if seed is not None and seed[0] == "slot":
                     live.add(seed[1:])
-        keep = _live_records(rows, ints, live)
-        self.records_traced = len(rows)
-        kept = [r for r in range(len(rows)) if keep[r]]
+        keep, _ = dependencies(rec, ints, [len(v) for v in tape.vals], live, grads_only=False)
+        self.records_traced = len(rec)
+        kept = np.flatnonzero(keep)
         load = _load_opcode()
         sources = tape.sources
         self.loads = []
         load_outs = [[], []]
-        for r in kept:
-            code, out, _, _, index, n = rows[r]
-            if code >> 1 != load:
-                continue
+        kept_loads = kept[(rec[kept, 0] >> 1) == load]
+        for code, out, _, _, index, n in rec[kept_loads].tolist():
             d = code & 1
             load_outs[d].append(out)
             src = sources[index]
@@ -146,7 +100,7 @@ class Frozen:
                 self.loads.append(Load(d, out, n, None, src, src._shape))
         self.load_outs = [np.array(o, np.int64) for o in load_outs]
         # The tape, cut to the live records; offsets stay, so values need no moving.
-        tape.rec = np.ascontiguousarray(tape.rec[kept]) if kept else np.zeros((1, 6), np.int64)
+        tape.rec = np.ascontiguousarray(tape.rec[kept]) if len(kept) else np.zeros((1, 6), np.int64)
         tape.n = tape.nrec = tape.cap = len(kept)
         tape.freed = np.zeros(max(len(kept), 1), np.uint8)
         tape._producers = None
@@ -156,6 +110,7 @@ class Frozen:
         self.tape = tape
         self.events = []
         self._grad_loads = {(d, off): sources[index] for index, d, off in tape.grad_loads}
+        self._listed = None
         self._arg_of = arg_of
         for event in trace.events:
             if event[0] == "call":
@@ -180,11 +135,14 @@ class Frozen:
         """``[(arena, off, n, shape, arg index or None, leaf or None)]``: the leaves a backward
         sweep from slots ``seeds`` reaches (all of them, or those in ``only``)."""
         tape = self.tape
-        reached = _reached(tape.rec[:tape.nrec].tolist(), tape.ints, seeds)
+        if self._listed is None:
+            self._listed = listed_operands(tape.rec[:tape.nrec], tape.ints)
+        _, reached = dependencies(tape.rec[:tape.nrec], tape.ints, [len(v) for v in tape.vals], seeds,
+                                  grads_only=True, listed=self._listed)
         only_ids = None if only is None else {id(t) for t in only}
         found = []
         for (d, off), src in self._grad_loads.items():
-            if (d, off) not in reached or (only_ids is not None and id(src) not in only_ids):
+            if not reached[d][off] or (only_ids is not None and id(src) not in only_ids):
                 continue
             arg = self._arg_of.get(id(src))
             found.append((d, off, src._numel, src._shape, arg, None if arg is not None else src))

@@ -1,0 +1,79 @@
+"""Dependency walks over a frozen tape, compiled: a trace's first call pays for them, and a
+10,000-op graph has 30,000 records (in Python, these walks were most of that call).
+
+``mark_dependencies`` walks records in reverse from slots marked in ``marks`` (one flag
+array per arena, indexed by slot offset) and marks the slots each marked record reads:
+with ``grads_only`` just the operands the backward sweep sends gradients to (fields >= 0),
+which is the sweep's own reachability; otherwise every operand, for dead-code removal.
+"""
+import numpy as np
+
+from tapejit import registry
+from tapejit._jit import sweep
+from tapejit.ops.core import CAST
+
+
+@sweep
+def mark_dependencies(rec, n, listed_at, listed, load_op, cast_op, marks0, marks1, grads_only):
+    """Returns the records whose result was marked; ``marks0``/``marks1`` end up holding every
+    slot the marked results depend on."""
+    keep = np.zeros(n, np.uint8)
+    for r in range(n - 1, -1, -1):
+        code = rec[r, 0]
+        d = code & 1
+        out = rec[r, 1]
+        if (marks0[out] if d == 0 else marks1[out]) == 0:
+            continue
+        keep[r] = 1
+        op = code >> 1
+        if op == load_op:
+            continue
+        for k in range(-2, listed_at[r + 1] - listed_at[r]):
+            if k == -2:
+                field = rec[r, 2]
+                arena = 1 - d if op == cast_op else d
+            elif k == -1:
+                field = rec[r, 3]
+                arena = d
+            else:
+                field = listed[listed_at[r] + k]
+                arena = d
+            if grads_only and field < 0:
+                continue
+            slot = field if field >= 0 else ~field
+            if arena == 0:
+                if slot < marks0.shape[0]:
+                    marks0[slot] = 1
+            elif slot < marks1.shape[0]:
+                marks1[slot] = 1
+    return keep
+
+
+def listed_operands(rec, ints):
+    """``(listed_at, listed)``: the extra operands of each record (``Op.listed``: cat, stack,
+    linear's bias) in CSR form, ``listed[listed_at[r]:listed_at[r + 1]]`` for record ``r``."""
+    n = len(rec)
+    ops = rec[:, 0] >> 1
+    with_list = [op.opcode for op in registry.OPS if op.listed is not None]
+    rows = np.flatnonzero(np.isin(ops, with_list)) if n else np.zeros(0, np.int64)
+    counts = np.zeros(n, np.int64)
+    listed = []
+    for r in rows.tolist():
+        fields = registry.OPS[int(ops[r])].listed(ints, int(rec[r, 4]))
+        counts[r] = len(fields)
+        listed.extend(fields)
+    listed_at = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=listed_at[1:])
+    return listed_at, np.array(listed, np.int64)
+
+
+def dependencies(rec, ints, sizes, roots, grads_only, listed=None):
+    """``(keep, marks)``: which records of ``rec`` the slots ``roots`` ({(arena, off)}) depend
+    on, and per arena a flag array of those slots (the roots included)."""
+    listed_at, fields = listed if listed is not None else listed_operands(rec, ints)
+    marks = [np.zeros(max(size, 1), np.uint8) for size in sizes]
+    for d, off in roots:
+        marks[d][off] = 1
+    keep = mark_dependencies(rec, len(rec), listed_at, fields, registry.BY_NAME["load"].opcode,
+                             CAST.opcode, marks[0], marks[1], grads_only)
+    return keep.astype(bool), marks
