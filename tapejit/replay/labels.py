@@ -82,7 +82,11 @@ class LabelPatch:
         """Whether this trace can take ``labels`` (False: some are ``ignore_index``, which
         changes what is recorded); raises eager mode's error for a label out of range."""
         labels = labels.reshape(-1)
-        if (labels == self.ignore_index).any():
+        ignore = self.ignore_index
+        if labels.size and labels.min() >= 0 and labels.max() < self.classes and not (
+                0 <= ignore < self.classes and (labels == ignore).any()):
+            return True     # the usual batch, in two reductions
+        if (labels == ignore).any():
             return False
         bad = (labels < 0) | (labels >= self.classes)
         if bad.any():
