@@ -388,9 +388,24 @@ def retire_if_due(tape, own_refs):
     later ops start a fresh tape, and this one lives only as long as those tensors.  Called
     where no expression is half-recorded (a value read by Python, the end of a backward),
     so the next op does not link the new tape to this one.  ``own_refs`` counts the
-    caller's own references (its locals, the thread state, getrefcount's argument)."""
-    if tape is state.tape and not tape.tracing and tape.n > 64 and (sys.getrefcount(tape) - own_refs) * 64 < tape.n:
+    caller's own references (its locals, the thread state, getrefcount's argument).
+
+    Large values retire a tape sooner: a loop evaluating ``f(x)`` on a million elements
+    without backward would otherwise grow one arena by the whole graph every iteration
+    (and copy it on each growth), where a retired tape is reused at the same size."""
+    if tape is not state.tape or tape.tracing:
+        return
+    refs = sys.getrefcount(tape) - own_refs
+    if (tape.n > 64 and refs * 64 < tape.n) or (due_by_size(tape) and refs < 16):
         retire_current()
+
+
+# Elements of value arena (32 MB of float64) past which a tape used by few tensors retires.
+_LARGE_ARENA = 1 << 22
+
+
+def due_by_size(tape):
+    return tape.cursor[0] + tape.cursor[1] > _LARGE_ARENA
 
 
 def retire_current():

@@ -11,7 +11,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.shapes import wrap_dim
-from tapejit.tape import state as _state
+from tapejit.tape import due_by_size, state as _state
 
 _new = object.__new__
 
@@ -105,7 +105,7 @@ class Tensor:
         expression is half-recorded, so a tape due for retirement can be retired."""
         v = self._value()
         tape = self._tape
-        if tape is not None and tape.n > 64:
+        if tape is not None and (tape.n > 64 or due_by_size(tape)):
             from tapejit.tape import retire_if_due
             retire_if_due(tape, 5)  # this tensor, the local, the thread state, the call, its argument
         return v
