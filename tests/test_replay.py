@@ -729,3 +729,14 @@ def test_compiled_model_with_loss_and_labels_outside_backward():
         for a, p in zip(got, model.parameters()):
             np.testing.assert_allclose(a, p.grad.numpy(), rtol=1e-12, atol=1e-14)
     assert loss_of.stats()["traces"] == 1
+
+
+def test_grad_mode_is_part_of_the_signature():
+    w = tj.ones(2, dtype=tj.float64, requires_grad=True)
+    f = tj.compile(lambda x: (w * x).sum())
+    x = tj.ones(2, dtype=tj.float64)
+    assert f(x).requires_grad
+    with tj.no_grad():
+        out = f(x)
+    assert not out.requires_grad and out.item() == 2.0
+    assert f.stats()["traces"] == 2

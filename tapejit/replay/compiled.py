@@ -245,8 +245,9 @@ class Compiled:
         """What a trace depends on (see the module docstring); ``label_positions``: int64
         arguments keyed by shape alone (their values are patched in, see labels.py)."""
         if self.functional is None:
+            # Grad mode too: under no_grad the same code records no graph and calls no backward.
             keys = tuple([("labels", a._shape) if i in label_positions and isinstance(a, Tensor) else _key(a)
-                          for i, a in enumerate(args)])
+                          for i, a in enumerate(args)] + [state.grad])
         else:
             # Differentiated arguments become float leaves whatever they are (a Python float,
             # an int array): only their shape and the leaf's dtype matter.
