@@ -216,7 +216,7 @@ class Compiled:
         if entry is None:
             entry, result = self._trace(args, kwargs)
             flat = key if not kwargs else key[0] + tuple(v for _, v in key[1])
-            if any(k[0] == "object" for k in flat):
+            if any(type(k) is tuple and k[0] == "object" for k in flat):
                 entry.keep = (args, kwargs)    # their ids are in the key: keep them alive
             self._make_room()
             if entry.label_patches:
