@@ -740,3 +740,23 @@ def test_grad_mode_is_part_of_the_signature():
         out = f(x)
     assert not out.requires_grad and out.item() == 2.0
     assert f.stats()["traces"] == 2
+
+
+def test_one_array_shortcut_matches_the_general_path():
+    f = tj.compile(tj.value_and_grad(_rosen))
+    g = tj.compile(tj.grad(_rosen))
+    h = tj.compile(tj.value_and_grad(_rosen, argnums=(0,)))
+    rng = np.random.default_rng(11)
+    for dtype in (np.float64, np.float32):
+        for n in (5, 7, 5):
+            x = rng.uniform(-2, 2, n).astype(dtype)
+            value, grad = tj.value_and_grad(_rosen)(x)
+            got_value, got_grad = f(x)
+            assert got_value == pytest.approx(value, rel=1e-6 if dtype == np.float32 else 1e-13)
+            assert got_grad.dtype == dtype and got_grad.shape == (n,)
+            np.testing.assert_allclose(got_grad, grad, rtol=1e-5 if dtype == np.float32 else 1e-13)
+            np.testing.assert_allclose(g(x), grad, rtol=1e-5 if dtype == np.float32 else 1e-13)
+            (h_grad,) = h(x)[1]
+            np.testing.assert_allclose(h_grad, grad, rtol=1e-5 if dtype == np.float32 else 1e-13)
+            assert got_grad is not f(x)[1]     # a fresh array per call
+    assert f.stats()["traces"] == 4

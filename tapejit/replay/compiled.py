@@ -173,6 +173,7 @@ class Compiled:
         self.max_traces = max_traces
         self._warned = False
         self._label_positions = frozenset()
+        self._one_array = None   # a shortcut for value_and_grad(f)(x) with one array x
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __repr__(self):
@@ -202,6 +203,11 @@ class Compiled:
     # ---- calls ----------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
+        one = self._one_array
+        if one is not None and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
+            result = one(args[0])       # f(x) of one float array: the numeric scripts' call
+            if result is not None:
+                return result
         if state.trace is not None:      # called while another function is traced: inline it
             return self.fn(*args, **kwargs)
         key = self.signature(args, kwargs)
@@ -359,6 +365,8 @@ class Compiled:
         entry = _Entry(frozen, output, functional=(out._dtype.arena, out._off, nums, single, differentiated,
                                                    {i: (leaves[i]._shape, leaves[i]._dtype.np) for i in leaves},
                                                    slots))
+        if len(args) == 1 and not kwargs and not has_aux and type(args[0]) is np.ndarray:
+            self._one_array = _one_array_call(entry, args[0], kind)
         values = [None] * len(args)
         for i in differentiated:
             values[i] = leaves[i]._data
@@ -410,6 +418,41 @@ class Compiled:
         """Evaluate the trace for every row of the stacked arguments, in parallel."""
         from tapejit.replay.batch import run_batch
         return run_batch(self, stacked, kwargs)
+
+
+def _one_array_call(entry, traced, kind):
+    """``tj.compile(tj.value_and_grad(f))(x)`` for one float array ``x``, with nothing but
+    the replay itself: the signature is a shape and dtype compare; None on a mismatch (the
+    general path then finds or makes the trace)."""
+    frozen = entry.frozen
+    d, off, _, single, _, shapes, slots = entry.functional
+    if (not single or frozen._fast is None or frozen.live_loads or traced.dtype not in _FLOAT_KINDS
+            or any(e[0] == "call" for e in frozen.events)):
+        return None
+    shape, dtype = traced.shape, traced.dtype
+    loads = [(vals_off, n) for _, vals_off, n, _ in frozen.arg_loads]
+    vals, adj = frozen.tape.vals[d], frozen.tape.adj[d]
+    grad_shape, grad_dtype = shapes[0]
+    slot = slots.get(0)
+    replay, args, lock = frozen.sweeps.replay, frozen._fast_args, frozen.lock
+    value_only = kind == "value_and_grad"
+
+    def call(x):
+        if x.shape != shape or x.dtype != dtype or state.trace is not None:
+            return None
+        with lock:
+            flat = x.reshape(-1)
+            for at, n in loads:
+                vals[at:at + n] = flat
+            if replay(*args) >= 0:
+                raise RuntimeError(f"tj.compile({frozen.name}): the replay's backward sweep stopped")
+            value = float(vals[off])
+            if slot is None:
+                g = np.zeros(grad_shape, grad_dtype)
+            else:
+                g = adj[slot[1]:slot[1] + slot[2]].reshape(grad_shape).copy()
+        return (value, g) if value_only else g
+    return call
 
 
 def _load_input(trace, x, i, arg_of):
