@@ -92,8 +92,17 @@ def as_tensor(data, dtype=None, device=None):
         return data
     if isinstance(data, np.ndarray) and data.dtype in (np.float64, np.float32, np.int64, np.bool_) \
             and (dtype is None or dtypes.as_dtype(dtype).np == data.dtype) and data.flags.c_contiguous:
-        return _concrete(data)
+        return _shared(data)
     return tensor(data, dtype=dtype)
+
+
+def _shared(array):
+    """A tensor on the caller's own array: while tracing, not a constant of the trace (its
+    memory can change between calls), so replays load it live."""
+    t = _concrete(array)
+    if _state.trace is not None:
+        _state.trace.note_external(t)
+    return t
 
 
 def from_numpy(array):
@@ -104,7 +113,7 @@ def from_numpy(array):
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{array.dtype}. The only supported types are: "
             "float64, float32, int64 and bool.")
-    return _concrete(np.ascontiguousarray(array))
+    return _shared(np.ascontiguousarray(array))
 
 
 def _shape_arg(size):

@@ -20,6 +20,10 @@ def as_tensor_operand(x, like=None):
     """A Python scalar, list or NumPy array used as an operand becomes a constant tensor."""
     if isinstance(x, Tensor):
         return x
+    if state.trace is not None and isinstance(x, np.ndarray) and x.dtype in (np.float64, np.float32):
+        # tj.compile: the caller's array is read live by every replay, not copied once
+        from tapejit.creation import _shared
+        return _shared(np.ascontiguousarray(x))
     from tapejit.creation import _to_array
     arr = _to_array(x, None)
     if like is not None and arr.dtype == np.float64 and not isinstance(x, np.ndarray):
@@ -260,7 +264,7 @@ def cast(x, dt):
     if not dt.is_floating_point or not x._dtype.is_floating_point:
         return _concrete(x._value().astype(dt.np))
     rg = x._rg and state.grad
-    if not rg and not (state.eager and x._tape is not None):
+    if not rg and not (state.eager and (x._tape is not None or state.trace is not None)):
         return _concrete(x._value().astype(dt.np))
     tape = state.tape or current()
     src = operand(tape, x, x._dtype)

@@ -55,6 +55,8 @@ def _concrete(array, rg=False):
     t._version = 0
     t._grad = None
     t._hooks = None
+    if _state.trace is not None:   # made while tracing: its value is the trace's own
+        _state.trace.note_created(t)
     return t
 
 
@@ -93,6 +95,9 @@ class Tensor:
         """The value as a NumPy array (a view; computes pending records first)."""
         tape = self._tape
         if tape is None:
+            if _state.trace is not None and id(self) not in _state.trace.readable:
+                from tapejit.replay.trace import refuse_read
+                refuse_read()   # a tensor from outside the function: read live only by loads
             return self._data
         if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
             from tapejit.replay.trace import refuse_read
@@ -264,6 +269,8 @@ class Tensor:
     @property
     def grad(self):
         if self._tape is not None and self._rg and not getattr(self, "_retains", False):
+            if _state.trace is not None and id(self) in _state.trace.placeholders:
+                return _state.trace.placeholders[id(self)].grad   # an argument, traced on the tape
             warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
             return None
         g = getattr(self, "_grad", None)

@@ -434,7 +434,7 @@ def fill_(input, value):
     if isinstance(value, Tensor):
         value = value.item()
     if input._tape is None:
-        note_leaf_write(input)
+        note_leaf_write(input)   # refused while tracing for a tensor from outside the function
         input._data.fill(value)
         return input
     return apply_inplace(input, lambda: input * 0.0 + value, "fill_")

@@ -284,8 +284,9 @@ from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
 
 
 def _plain(t):
-    """A tensor whose shape ops can be NumPy views (no tape, no gradient): torch aliasing."""
-    return t._tape is None and not t._rg
+    """A tensor whose shape ops can be NumPy views (no tape, no gradient): torch aliasing.
+    While tracing, only the trace's own tensors: one from outside is loaded (read live)."""
+    return t._tape is None and not t._rg and (_state.trace is None or id(t) in _state.trace.readable)
 
 
 def _copy_range(op, x, start, n, shape):
@@ -778,7 +779,7 @@ def _joined(op, tensors, dim, stack):
             inner.append(_numel(s[d:]))
         out_shape = first[:d] + (total,) + first[d + 1:]
         outer = _numel(first[:d])
-    if not dt.is_floating_point or not (_state.grad and any(x._rg for x in tensors)):
+    if not dt.is_floating_point or not (_state.eager or (_state.grad and any(x._rg for x in tensors))):
         arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
         return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
     tape = _state.tape or _current()

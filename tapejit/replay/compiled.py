@@ -299,6 +299,9 @@ class Compiled:
             for i, a in enumerate(call_args):
                 if isinstance(a, Tensor) and a._dtype is dtypes.int64 and a._tape is None:
                     call_args[i] = labels.placeholder(trace, a, i)
+                    trace.note_readable(call_args[i])
+                elif isinstance(a, Tensor) and not a._dtype.is_floating_point:
+                    trace.note_readable(a)   # its values are part of the signature
             call_kwargs = {k: _placeholder(trace, inputs, v, arg_of) for k, v in flat_kwargs.items()}
             result = self.fn(*call_args, **call_kwargs)
             output = _Output(trace, arg_of, result)
@@ -337,9 +340,15 @@ class Compiled:
                     leaf = F._leaf(a, kind, i)
                     leaves[i] = leaf
                     arg_of[id(leaf)] = i
-                    call_args[i] = leaf
+                    call_args[i] = _stand_in(trace, leaf)
                 elif isinstance(a, Tensor) and a._dtype.is_floating_point or _is_float_array(a):
                     call_args[i] = _load_input(trace, a, i, arg_of)
+                elif isinstance(a, Tensor):
+                    trace.note_readable(a)   # its values are part of the signature
+                elif _holds_float_arrays(a) or any(_holds_float_arrays(v) for v in kwargs.values()):
+                    refuse(f"{kind}: a float array inside argument {i} or in a keyword argument",
+                           "only top-level positional float arrays are replay inputs; nested ones "
+                           "would be frozen. Pass them as positional arguments.")
             with enable_grad():
                 out = fun(*call_args, **kwargs)
             aux = None
@@ -488,8 +497,30 @@ def _placeholder(trace, inputs, a, arg_of):
             trace.graph_args.append(int(a))
             x = _concrete(np.array(inputs.values[a]), rg=True)
         arg_of[id(x)] = a
-        return x
+        return _stand_in(trace, x)
     return _load_input(trace, x, a, arg_of)
+
+
+def _holds_float_arrays(x):
+    if isinstance(x, Tensor) and x._dtype.is_floating_point or _is_float_array(x):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_holds_float_arrays(e) for e in x)
+    if isinstance(x, dict):
+        return any(_holds_float_arrays(e) for e in x.values())
+    return False
+
+
+def _stand_in(trace, leaf):
+    """What ``fn`` gets for an argument that requires grad: its load on the trace's tape, so
+    reading its value in Python is refused like any traced value's; its gradient still
+    reaches ``leaf`` (``leaf.grad`` inside ``fn`` reads it, see ``Tensor.grad``)."""
+    tape = trace.tape
+    off = tape.load(leaf, leaf._dtype)
+    t = _taped(tape, off, leaf._shape, leaf._numel, leaf._dtype, leaf._rg and state.grad)
+    trace.placeholders[id(t)] = leaf
+    trace._keep.append(t)
+    return t
 
 
 _NEEDS_TRACE = object()   # a replay that cannot take this call's labels (see labels.py)

@@ -114,8 +114,12 @@ class Trace:
         # ("backward", roots, inputs) | ("call", function, args): run in order after the
         # forward pass of each replay.
         self.events = []
-        self.created = set()     # ids of tensors created while tracing (written in place freely)
+        self.created = set()     # ids of tensors made while tracing: constants, written freely
+        # ids of tensors whose values fn may read into Python: those made while tracing, and
+        # arguments whose values are part of the signature (integer arrays)
+        self.readable = set()
         self._keep = []          # ... kept alive, so their ids are not reused
+        self.placeholders = {}   # id(taped stand-in) -> the argument leaf it stands for
         self.grads_read = {}     # id(.grad tensor read after a backward) -> (leaf, tensor)
         self.graph_args = []     # arguments that require grad and have a graph (not leaves)
         self.label_args = {}     # int64 tensor arguments: position -> placeholder (labels.py)
@@ -125,6 +129,15 @@ class Trace:
 
     def note_created(self, t):
         self.created.add(id(t))
+        self.note_readable(t)
+
+    def note_external(self, t):
+        """``t`` shares an array of the caller's (``from_numpy``): read live, like a parameter."""
+        self.created.discard(id(t))
+        self.readable.discard(id(t))
+
+    def note_readable(self, t):
+        self.readable.add(id(t))
         self._keep.append(t)
 
     def note_call(self, function, *args):
@@ -204,5 +217,12 @@ def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
         refuse("backward(inputs=...) with a non-leaf tensor",
                "its .grad would be filled in the middle of the backward sweep, by Python.")
     trace.events.append(("backward", entries, only))
-    engine._run(seeds, bool(retain_graph), targets=only, accumulate=True)
+    # The first call's gradients, computed now; leaf hooks are user code outside the trace
+    # (replays run them again at delivery), so the trace's checks are off meanwhile.
+    saved = state.trace, state.eager
+    state.trace, state.eager = None, False
+    try:
+        engine._run(seeds, bool(retain_graph), targets=only, accumulate=True)
+    finally:
+        state.trace, state.eager = saved
     trace.backward_done = True
