@@ -495,13 +495,31 @@ def test_autograd_grad_inside_is_refused():
         tj.compile(fn)(tj.ones(2))
 
 
-def test_a_parameter_changing_shape_is_reported():
+def test_a_parameter_changing_shape_dtype_or_requires_grad_traces_again():
     w = tj.ones(2, requires_grad=True)
     f = tj.compile(lambda x: (w * x).sum().detach())
-    f(tj.ones(2))
+    assert f(tj.ones(2)).item() == 2.0
     w.data = tj.ones(3)
-    with pytest.raises(CompileError, match="changed shape"):
-        f(tj.ones(2))
+    assert f(tj.ones(3)).item() == 3.0
+    w.data = tj.ones(3, dtype=tj.float64)
+    out = f(tj.ones(3))
+    assert out.item() == 3.0 and out.dtype == tj.float64
+
+    layer = tj.ones(2, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile
+    def step(x):
+        loss = (layer * x).sum()
+        if loss.requires_grad:    # Python on a flag, not on a value: fine in a trace
+            loss.backward()
+        return loss.detach()
+
+    step(tj.ones(2, dtype=tj.float64))
+    assert layer.grad is not None
+    layer.grad = None
+    layer.requires_grad_(False)   # frozen: no more gradient
+    step(tj.ones(2, dtype=tj.float64))
+    assert layer.grad is None
 
 
 def test_refusal_leaves_the_thread_usable():
@@ -864,3 +882,80 @@ def test_argument_grad_inside_the_function():
     for k in (1.0, 2.0):
         x = tj.full((3,), k, dtype=tj.float64, requires_grad=True)
         np.testing.assert_allclose(saliency(x).numpy(), [2 * k] * 3)
+
+
+def test_the_same_tensor_passed_twice_and_a_leaf_or_not_are_signatures():
+    @tj.compile
+    def step(a, b):
+        loss = (a * b).sum()
+        loss.backward()
+        return loss
+
+    x = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    step(x, x)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+    a = tj.tensor([3.0, 4.0], dtype=tj.float64, requires_grad=True)
+    b = tj.tensor([1.0, 1.0], dtype=tj.float64, requires_grad=True)
+    assert step(a, b).item() == 7.0
+    np.testing.assert_allclose(a.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_allclose(b.grad.numpy(), [3.0, 4.0])
+
+    f = tj.compile(lambda h: (h * h).sum())
+    leaf = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    f(leaf).backward()
+    base = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    f(base * 3).backward()          # a non-leaf: its gradient goes on to base
+    np.testing.assert_allclose(base.grad.numpy(), [18.0, 36.0])
+
+
+def test_compiled_forward_repeats_zero_grad_and_marks_plain_outputs():
+    w = tj.ones(1, 3, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile
+    def forward(x):
+        w.grad = None
+        out = x @ w.t()
+        return out, out.detach().sum()
+
+    for _ in range(3):
+        out, stat = forward(tj.ones(2, 3, dtype=tj.float64))
+        assert not stat.requires_grad
+        out.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [[2.0, 2.0, 2.0]])
+
+
+def test_results_from_labels_grads_and_new_constants():
+    w = tj.ones(2, dtype=tj.float64, requires_grad=True)
+
+    @tj.compile
+    def step(x, y):
+        w.grad = None
+        loss = F.cross_entropy((x * w).reshape(1, 2), y)
+        loss.backward()
+        return y, tj.zeros(2)
+
+    y1, z1 = step(tj.ones(2, dtype=tj.float64), tj.tensor([0]))
+    y2, z2 = step(tj.ones(2, dtype=tj.float64), tj.tensor([1]))
+    assert y2.tolist() == [1]
+    z1 += 1.0
+    assert z2.tolist() == [0.0, 0.0] and z1 is not z2
+
+    @tj.compile
+    def two_reads(x):
+        w.grad = None
+        (w * x).sum().backward()
+        first = w.grad
+        w.grad = None
+        (w * x * x).sum().backward()
+        return first
+    with pytest.raises(CompileError, match="later backward"):
+        two_reads(tj.full((2,), 2.0, dtype=tj.float64))
+
+
+def test_batch_refuses_integer_and_keyword_arrays():
+    f = tj.compile(tj.value_and_grad(lambda x, k: (x * x).sum() * k.sum()))
+    with pytest.raises(CompileError, match="integer"):
+        f.batch(np.ones((4, 3)), np.ones((4, 2), np.int64))
+    g = tj.compile(tj.value_and_grad(lambda x: (x * x).sum()))
+    with pytest.raises(CompileError, match="positional"):
+        g.batch(np.ones((4, 3)), scale=np.ones(4))

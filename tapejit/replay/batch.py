@@ -15,6 +15,7 @@ import threading
 import numba
 import numpy as np
 
+from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
 from tapejit.tensor import Tensor, _concrete
 
@@ -38,9 +39,14 @@ def run_batch(compiled, stacked, kwargs):
     functional = compiled.functional
     arrays = []
     batch = None
+    if any(isinstance(v, (Tensor, np.ndarray)) for v in kwargs.values()):
+        raise CompileError(f"{name}.batch: pass batched arrays as positional arguments, not keywords")
     for i, x in enumerate(stacked):
         if isinstance(x, (Tensor, np.ndarray)) or isinstance(x, (list, tuple)) and x and not isinstance(x[0], str):
             x = _rows_of(x, name)
+            if x.dtype.kind not in "f":
+                raise CompileError(f"{name}.batch: argument {i} is an integer or boolean array; only float "
+                                   f"arguments can vary over the batch (integers are part of a trace)")
             if batch is None:
                 batch = x.shape[0]
             elif x.shape[0] != batch:
@@ -63,11 +69,19 @@ def run_batch(compiled, stacked, kwargs):
     d = frozen.arena
     tape = frozen.tape
     dt = tape.vals[d].dtype
+    if entry.label_patches:
+        raise CompileError(f"{name}.batch: the function's labels are patched per call; batch() needs "
+                           "float arguments only")
     with frozen.lock:
         values = [np.asarray(x) if x is not None else None for x in first]
         if functional is None:
             values = [x._value() if isinstance(x, Tensor) else x for x in values]
-        frozen.refresh(values)
+        try:
+            frozen.refresh(values)
+        except Stale:
+            raise CompileError(f"{name}.batch: a tensor the function uses changed shape, dtype or "
+                               f"requires_grad since it was traced; call the function once to "
+                               f"trace it again") from None
         v0 = tape.vals[d].copy()
     columns = {}
     width = 0
@@ -98,12 +112,14 @@ def run_batch(compiled, stacked, kwargs):
 
 
 def _entry_for(compiled, first, kwargs):
-    key = compiled.signature(first, kwargs)
-    entry = compiled.traces.get(key)
-    if entry is None:
+    keys = [compiled.signature(first, kwargs), compiled.signature(first, kwargs, compiled._label_positions)]
+    for _ in range(2):
+        for key in keys:
+            entry = compiled.traces.get(key)
+            if entry is not None:
+                return entry
         compiled(*first, **kwargs)
-        entry = compiled.traces[key]
-    return entry
+    raise CompileError(f"{compiled.__name__}.batch: no trace for the first row's signature")
 
 
 def _functional_layout(compiled, entry, arrays, batch):

@@ -29,7 +29,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.grad_mode import enable_grad
 from tapejit.replay import labels
-from tapejit.replay.frozen import Frozen
+from tapejit.replay.frozen import Frozen, Stale
 from tapejit.replay.trace import Trace, refuse, tracing
 from tapejit.tape import state
 from tapejit.tensor import Tensor, _concrete, _taped
@@ -45,7 +45,7 @@ def _key(x):
     """The part of the signature for one argument (see the module docstring)."""
     if isinstance(x, Tensor):
         if x._dtype.is_floating_point:
-            return ("tensor", x._shape, x._dtype.name, bool(x._rg))
+            return ("tensor", x._shape, x._dtype.name, bool(x._rg), x._tape is None)
         return ("baked", x._shape, x._dtype.name, x._value().tobytes())
     if isinstance(x, np.ndarray):
         if x.dtype in _FLOAT_KINDS:
@@ -100,6 +100,7 @@ class _Output:
         self.arg_of = arg_of
         self.roots = []
         self.slots = []     # (arena, off, shape, dtype) of each result computed by the trace
+        self.slot_rg = []   # ... and whether it requires grad
         # Results that require grad from a function that does not call backward() itself:
         # each replay becomes one node of the caller's graph (see function.py).
         self.differentiable = False
@@ -114,13 +115,21 @@ class _Output:
                     self.differentiable = True
                 self.roots.append((x._dtype.arena, x._off))
                 self.slots.append((x._dtype.arena, x._off, x._shape, x._dtype))
+                self.slot_rg.append(bool(x._rg))
                 return ("slot", len(self.slots) - 1)
             if id(x) in self.arg_of:
                 return ("arg", self.arg_of[id(x)])
+            if type(x) is labels.TracedLabels:
+                return ("label", x._position)
             read = self.trace.grads_read.get(id(x))
             if read is not None:
-                leaf = read[0]
+                leaf, _, events = read
+                if events != len(self.trace.events):
+                    refuse("returning a .grad read before a later backward() or gradient reset",
+                           "a replay rebuilds results after all of them.")
                 return ("grad", self.arg_of.get(id(leaf)), leaf)
+            if id(x) in self.trace.created:
+                return ("copy", x)    # made by fn: a new tensor per call, as eager
             return ("const", x)
         if isinstance(x, (list, tuple)):
             return (type(x).__name__, [self._spec(e) for e in x])
@@ -128,9 +137,9 @@ class _Output:
             return ("dict", [(k, self._spec(v)) for k, v in x.items()])
         return ("const", x)
 
-    def build(self, frozen, leaves, results=None, spec=None):
+    def build(self, frozen, leaves, results=None, spec=None, args=None):
         """The result tree; ``results``: the computed tensors in slot order (a differentiable
-        call's), else copies of the slots are made here."""
+        call's), else copies of the slots are made here; ``args``: the call's arguments."""
         kind, *rest = self.spec if spec is None else spec
         if kind == "slot":
             if results is not None:
@@ -144,9 +153,13 @@ class _Output:
             return (leaves[arg] if arg is not None else leaf).grad
         if kind == "const":
             return rest[0]
+        if kind == "copy":
+            return _concrete(rest[0]._data.copy(), rg=rest[0]._rg)
+        if kind == "label":
+            return args[rest[0]]
         if kind == "dict":
-            return {k: self.build(frozen, leaves, results, s) for k, s in rest[0]}
-        items = [self.build(frozen, leaves, results, s) for s in rest[0]]
+            return {k: self.build(frozen, leaves, results, s, args) for k, s in rest[0]}
+        items = [self.build(frozen, leaves, results, s, args) for s in rest[0]]
         return tuple(items) if kind == "tuple" else items
 
 
@@ -215,7 +228,7 @@ class Compiled:
         if entry is None and self._label_positions:
             entry = self.traces.get(self.signature(args, kwargs, self._label_positions))
             if entry is not None:
-                result = self._replay(entry, args, kwargs)
+                result = self._replay_or_stale(entry, args, kwargs)
                 if result is not _NEEDS_TRACE:
                     return result
                 entry = None
@@ -231,7 +244,22 @@ class Compiled:
                 key = self.signature(args, kwargs, self._label_positions)
             self.traces[key] = entry
             return result
-        return self._replay(entry, args, kwargs)
+        result = self._replay_or_stale(entry, args, kwargs)
+        if result is _NEEDS_TRACE:
+            return self(*args, **kwargs)
+        return result
+
+    def _replay_or_stale(self, entry, args, kwargs):
+        """A replay, or ``_NEEDS_TRACE`` after dropping a trace whose live tensors changed."""
+        try:
+            return self._replay(entry, args, kwargs)
+        except Stale:
+            for key, other in list(self.traces.items()):
+                if other is entry:
+                    del self.traces[key]
+            if self._one_array is not None and self._one_array.entry is entry:
+                self._one_array = None
+            return _NEEDS_TRACE
 
     def _make_room(self):
         """Drop the oldest trace beyond ``max_traces``: a signature that changes on every call
@@ -261,6 +289,11 @@ class Compiled:
             n = len(args)
             keys = tuple([_leaf_key(a) if (i in nums or i - n in nums) else _key(a)
                           for i, a in enumerate(args)])
+        tensors = [id(a) for a in args if isinstance(a, Tensor)]
+        if len(set(tensors)) != len(tensors):
+            # The same tensor passed twice: one leaf, one slot; other tensors need another trace.
+            first = {}
+            keys += (("aliased", tuple(first.setdefault(i, k) for k, i in enumerate(tensors))),)
         if kwargs:
             return keys, tuple(sorted((k, _key(v)) for k, v in kwargs.items()))
         return keys
@@ -280,13 +313,15 @@ class Compiled:
         if not all(patch.fits(values) for patch, values in patches):
             return _NEEDS_TRACE
         if entry.call is not None:
+            for event in frozen.events:      # zero_grad() inside fn: before this call's graph
+                event[1](*event[2])
             results = entry.call.apply(inputs.values, inputs.leaves, patches)
-            return entry.output.build(frozen, inputs.leaves, results)
+            return entry.output.build(frozen, inputs.leaves, results, args=args)
         with frozen.lock:
             for patch, values in patches:
                 patch.write(frozen.tape.ints, values)
             frozen.run(inputs.values, inputs.leaves)
-            return entry.output.build(frozen, inputs.leaves)
+            return entry.output.build(frozen, inputs.leaves, args=args)
 
     def _trace(self, args, kwargs):
         if self.functional is not None:
@@ -315,10 +350,10 @@ class Compiled:
         entry.label_patches = [p for p in trace.label_patches if p.position in labels.patchable(trace)]
         if output.differentiable:
             from tapejit.replay.function import DifferentiableCall
-            entry.call = DifferentiableCall(frozen, output.slots)
+            entry.call = DifferentiableCall(frozen, output.slots, output.slot_rg)
             # The first call's results too come from a replay, so they join the caller's graph.
             return entry, self._replay(entry, args, kwargs)
-        return entry, output.build(frozen, inputs.leaves)
+        return entry, output.build(frozen, inputs.leaves, args=args)
 
     # ---- tj.compile(tj.value_and_grad(f)) / tj.compile(tj.grad(f)) --------------------------
 
@@ -461,6 +496,7 @@ def _one_array_call(entry, traced, kind):
             else:
                 g = adj[slot[1]:slot[1] + slot[2]].reshape(grad_shape).copy()
         return (value, g) if value_only else g
+    call.entry = entry
     return call
 
 

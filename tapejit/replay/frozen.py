@@ -18,7 +18,7 @@ import numpy as np
 from tapejit import registry
 from tapejit.ops.core import CAST
 from tapejit.replay._graph import dependencies, listed_operands
-from tapejit.replay.trace import CompileError, refuse
+from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
 
@@ -33,11 +33,18 @@ def _load_opcode():
 
 
 class Load:
-    """One slot a replay refreshes: argument ``arg`` or live tensor ``source``."""
-    __slots__ = ("arena", "off", "n", "arg", "source", "shape")
+    """One slot a replay refreshes: argument ``arg`` or live tensor ``source`` (traced with
+    ``shape``, ``dtype`` and ``requires_grad``; another of these needs another trace)."""
+    __slots__ = ("arena", "off", "n", "arg", "source", "shape", "dtype", "rg")
 
     def __init__(self, arena, off, n, arg, source, shape):
         self.arena, self.off, self.n, self.arg, self.source, self.shape = arena, off, n, arg, source, shape
+        self.dtype = source._dtype if source is not None else None
+        self.rg = bool(source._rg) if source is not None else False
+
+
+class Stale(Exception):
+    """A tensor the trace reads live changed shape, dtype or requires_grad: trace again."""
 
 
 class Backward:
@@ -189,11 +196,8 @@ class Frozen:
                 vals[d][off:off + n] = value.reshape(-1)
         for load in self.live_loads:
             src = load.source
-            if src._shape != load.shape:
-                raise CompileError(
-                    f"tj.compile({self.name}): a tensor the function uses changed shape from "
-                    f"{list(load.shape)} to {list(src._shape)} since it was traced; compile the "
-                    f"function again")
+            if src._shape != load.shape or src._dtype is not load.dtype or bool(src._rg) != load.rg:
+                raise Stale()
             value = src._data if src._tape is None else src._value()
             if load.n == 1:
                 vals[load.arena][load.off] = value.item() if value.ndim else value[()]

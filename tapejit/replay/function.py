@@ -22,7 +22,10 @@ class CompiledFunction(Function):
     @staticmethod
     def forward(ctx, call, *leaves):
         ctx.call = call
-        return call.forward()
+        outs = call.forward()
+        every = outs if isinstance(outs, tuple) else (outs,)
+        ctx.mark_non_differentiable(*[o for o, rg in zip(every, call.plan.slot_rg) if not rg])
+        return outs
 
     @staticmethod
     def backward(ctx, *grads):
@@ -32,13 +35,15 @@ class CompiledFunction(Function):
 class DifferentiableCall:
     """The per-trace plan of a differentiable replay, and one call's saved values."""
 
-    def __init__(self, frozen, slots):
-        """``slots``: ``[(arena, off, shape, dtype)]`` of the results, in order."""
+    def __init__(self, frozen, slots, slot_rg):
+        """``slots``: ``[(arena, off, shape, dtype)]`` of the results, in order; ``slot_rg``:
+        which of them require grad."""
         if frozen.mixed:
             refuse("a function that mixes float32 and float64 and returns tensors requiring grad",
                    "its replay runs as one node of your graph, on one dtype.")
         self.frozen = frozen
         self.slots = slots
+        self.slot_rg = slot_rg
         self.deliveries = frozen.deliveries([(d, off) for d, off, _, _ in slots])
 
     def apply(self, inputs, arg_leaves, patches=()):

@@ -146,7 +146,7 @@ class Trace:
 
     def note_grad_read(self, leaf, g):
         if self.backward_done and g is not None:
-            self.grads_read[id(g)] = (leaf, g)
+            self.grads_read[id(g)] = (leaf, g, len(self.events))
 
 
 class tracing:
