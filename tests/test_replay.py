@@ -959,3 +959,32 @@ def test_batch_refuses_integer_and_keyword_arrays():
     g = tj.compile(tj.value_and_grad(lambda x: (x * x).sum()))
     with pytest.raises(CompileError, match="positional"):
         g.batch(np.ones((4, 3)), scale=np.ones(4))
+
+
+def test_float_arguments_are_keyed_exactly():
+    f = tj.compile(lambda x, s: (x / s).sum())
+    x = tj.ones(2, dtype=tj.float64)
+    assert f(x, 0.0).item() == np.inf
+    assert f(x, -0.0).item() == -np.inf
+    nan = float("nan")
+    f(x, nan)
+    f(x, nan)
+    assert f.stats()["traces"] == 3
+
+
+def test_refusals_after_tracing_name_the_function():
+    class Square(tj.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    outside = Square.apply(tj.ones(2, dtype=tj.float64, requires_grad=True))
+
+    def uses_outside_graph(x):
+        return (x * outside).sum().detach()
+    with pytest.raises(CompileError, match=r"tj.compile\(uses_outside_graph\)"):
+        tj.compile(uses_outside_graph)(tj.ones(2, dtype=tj.float64))

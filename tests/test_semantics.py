@@ -1134,3 +1134,11 @@ def test_data_assignment_swaps_value_shape_and_dtype_as_torch():
         x.data = tj.zeros(2, dtype=tj.int64)
     with pytest.raises(TypeError, match="Variable data has to be a tensor, but got list"):
         x.data = [1.0, 2.0]
+
+
+def test_reductions_of_infinities_follow_ieee_as_torch():
+    x = tj.tensor([np.inf, 2.0], dtype=tj.float64)
+    assert x.sum().item() == np.inf
+    assert x.prod().item() == np.inf
+    assert x.norm().item() == np.inf
+    assert tj.tensor([np.inf, -np.inf]).sum().isnan().item()

@@ -46,7 +46,7 @@ def softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     for o in range(outer):
         for k in range(inner):
             base = o * length * inner + k
-            s = g[out + base] * 0.0
+            s = floats[0] * 0.0   # floats[0] is 0: a zero of the accumulator type (x * 0.0 is NaN for x = inf)
             if log:
                 for j in range(length):
                     s += g[out + base + j * inner]

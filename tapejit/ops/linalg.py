@@ -88,7 +88,7 @@ def linear_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         if mode != 0:
             bias = decode(enc)
             for j in range(n):
-                s = g[out + j] * 0.0
+                s = floats[0] * 0.0   # floats[0] is 0: a zero of the accumulator type (x * 0.0 is NaN for x = inf)
                 for i in range(m):
                     s += g[out + i * n + j]
                 acc(g, bias + j, s, mode)

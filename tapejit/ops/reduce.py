@@ -39,7 +39,7 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
     i = a
     for _ in range(n // inner if inner > 0 else 0):
         if istep == 0:
-            s = v[i] * 0.0
+            s = floats[0] * 0.0   # floats[0] is 0: a zero of the accumulator type (x * 0.0 is NaN for x = inf)
             for j in range(inner):
                 s += v[i + j]
             v[pos] += s
@@ -164,7 +164,7 @@ def prod_forward(v, out, a, b, p, q, ints, floats):
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
-            r = v[base] * 0.0 + 1.0
+            r = floats[0] * 0.0 + 1.0
             for j in range(length):
                 r *= v[base + j * inner]
             v[out + o * inner + k] = r
@@ -253,7 +253,7 @@ def norm_forward(v, out, a, b, p, q, ints, floats):
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
-            s = v[base] * 0.0
+            s = floats[0] * 0.0
             for j in range(length):
                 x = np.abs(v[base + j * inner])
                 s += x * x if order == 2.0 else x ** order

@@ -53,6 +53,8 @@ def _key(x):
         return ("baked", x.shape, x.dtype.str, x.tobytes())
     if isinstance(x, (list, tuple)):
         return (type(x).__name__,) + tuple(_key(e) for e in x)
+    if type(x) is float:
+        return ("float", x.hex())    # -0.0 is not 0.0, and a NaN matches itself
     try:
         hash(x)
     except TypeError:
@@ -280,7 +282,8 @@ class Compiled:
         arguments keyed by shape alone (their values are patched in, see labels.py)."""
         if self.functional is None:
             # Grad mode too: under no_grad the same code records no graph and calls no backward.
-            keys = tuple([("labels", a._shape) if i in label_positions and isinstance(a, Tensor) else _key(a)
+            keys = tuple([("labels", a._shape, a._dtype.name) if i in label_positions and isinstance(a, Tensor)
+                          else _key(a)
                           for i, a in enumerate(args)] + [state.grad])
         else:
             # Differentiated arguments become float leaves whatever they are (a Python float,
@@ -344,7 +347,7 @@ class Compiled:
             refuse(f"argument {trace.graph_args[0]}, a tensor with a graph (it requires grad and is "
                    f"not a leaf), in a function that calls backward()",
                    "a replayed step cannot continue a graph recorded outside it. Pass leaf "
-                   "tensors, or detach() it.")
+                   "tensors, or detach() it.", name=trace.name)
         frozen = Frozen(trace, arg_of, output.roots)
         entry = _Entry(frozen, output)
         entry.label_patches = [p for p in trace.label_patches if p.position in labels.patchable(trace)]

@@ -88,10 +88,10 @@ class Frozen:
             load_outs[d].append(out)
             src = sources[index]
             if not isinstance(src, Tensor):
-                refuse("a custom autograd.Function", "its backward is Python code.")
+                refuse("a custom autograd.Function", "its backward is Python code.", name=trace.name)
             if id(src) in trace.grads_read:
                 refuse("a .grad read after backward() is used in a computation",
-                       "a replay computes every value before it runs backward().")
+                       "a replay computes every value before it runs backward().", name=trace.name)
             arg = arg_of.get(id(src))
             if arg is not None:
                 self.loads.append(Load(d, out, n, arg, None, src._shape))
@@ -101,7 +101,7 @@ class Frozen:
                 if src._rg:
                     refuse(f"a {list(src._shape)} tensor computed outside the function and requiring grad",
                            "its gradient would have to flow into another graph. Pass its leaves "
-                           "instead, or detach() it.")
+                           "instead, or detach() it.", name=trace.name)
                 self.loads.append(Load(d, out, n, None, src, src._shape))
             else:
                 self.loads.append(Load(d, out, n, None, src, src._shape))

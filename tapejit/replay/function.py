@@ -40,7 +40,7 @@ class DifferentiableCall:
         which of them require grad."""
         if frozen.mixed:
             refuse("a function that mixes float32 and float64 and returns tensors requiring grad",
-                   "its replay runs as one node of your graph, on one dtype.")
+                   "its replay runs as one node of your graph, on one dtype.", name=frozen.name)
         self.frozen = frozen
         self.slots = slots
         self.slot_rg = slot_rg

@@ -48,12 +48,14 @@ def _caller():
     return "a tapejit operation", "?"
 
 
-def refuse(what, why, where=None):
+def refuse(what, why, where=None, name=None):
+    """Raise the CompileError for ``what``; ``name``: the compiled function's, when called
+    after tracing (freezing); ``where`` the place, else the caller's line."""
     trace = state.trace
-    name = trace.name if trace is not None else "the function"
-    where = where or _caller()[1]
+    name = name or (trace.name if trace is not None else "the function")
+    at = f" at {where or _caller()[1]}" if where or trace is not None else ""
     raise CompileError(
-        f"tj.compile({name}): {what} at {where}: {why} Call {name} without tj.compile (eager "
+        f"tj.compile({name}): {what}{at}: {why} Call {name} without tj.compile (eager "
         f"mode runs Python on every call), or move this out of the compiled function.")
 
 
