@@ -50,6 +50,18 @@ def _scalar_output(out, name):
     raise TypeError(f"{name}: the function must return a scalar, got {type(out).__name__}")
 
 
+def call_for_value(fun, args, kwargs, has_aux, name):
+    """``(scalar output, aux)`` of ``fun(*args, **kwargs)`` with grad enabled."""
+    with enable_grad():
+        out = fun(*args, **kwargs)
+    aux = None
+    if has_aux:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"{name}: with has_aux=True the function must return (value, aux)")
+        out, aux = out
+    return _scalar_output(out, name), aux
+
+
 def _differentiate(fun, argnums, has_aux, name):
     nums, single = _argnums(argnums)
 
@@ -61,14 +73,7 @@ def _differentiate(fun, argnums, has_aux, name):
         for i in dict.fromkeys(i % len(args) for i in nums):   # a repeated argnum: one leaf
             args[i] = _leaf(args[i], name, i)
             leaves.append(args[i])
-        with enable_grad():
-            out = fun(*args, **kwargs)
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise TypeError(f"{name}: with has_aux=True the function must return (value, aux)")
-            out, aux = out
-        out = _scalar_output(out, name)
+        out, aux = call_for_value(fun, args, kwargs, has_aux, name)
         if isinstance(out, Tensor) and out._rg:
             value = out.item()
             if engine._plain_scalar_root(out):   # the usual case, without autograd.grad's bookkeeping

@@ -988,3 +988,12 @@ def test_refusals_after_tracing_name_the_function():
         return (x * outside).sum().detach()
     with pytest.raises(CompileError, match=r"tj.compile\(uses_outside_graph\)"):
         tj.compile(uses_outside_graph)(tj.ones(2, dtype=tj.float64))
+
+
+def test_value_and_grad_refuses_float_arrays_it_would_freeze():
+    f = tj.compile(tj.value_and_grad(lambda x, data=None: (x * data).sum()))
+    with pytest.raises(CompileError, match="keyword"):
+        f(np.ones(2), data=np.array([3.0, -1.0]))
+    g = tj.compile(tj.value_and_grad(lambda x, pair: (x * pair[0] * pair[1]).sum()))
+    with pytest.raises(CompileError, match="inside argument 1"):
+        g(np.ones(2), (np.ones(2), np.ones(2)))

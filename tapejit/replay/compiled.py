@@ -27,7 +27,6 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.grad_mode import enable_grad
 from tapejit.replay import labels
 from tapejit.replay.frozen import Frozen, Stale
 from tapejit.replay.trace import Trace, refuse, tracing
@@ -383,18 +382,15 @@ class Compiled:
                     call_args[i] = _load_input(trace, a, i, arg_of)
                 elif isinstance(a, Tensor):
                     trace.note_readable(a)   # its values are part of the signature
-                elif _holds_float_arrays(a) or any(_holds_float_arrays(v) for v in kwargs.values()):
-                    refuse(f"{kind}: a float array inside argument {i} or in a keyword argument",
+                elif _holds_float_arrays(a):
+                    refuse(f"{kind}: a float array inside argument {i}",
                            "only top-level positional float arrays are replay inputs; nested ones "
                            "would be frozen. Pass them as positional arguments.")
-            with enable_grad():
-                out = fun(*call_args, **kwargs)
-            aux = None
-            if has_aux:
-                if not (isinstance(out, tuple) and len(out) == 2):
-                    raise TypeError(f"{kind}: with has_aux=True the function must return (value, aux)")
-                out, aux = out
-            out = F._scalar_output(out, kind)
+            if any(_holds_float_arrays(v) for v in kwargs.values()):
+                refuse(f"{kind}: a float array in a keyword argument",
+                       "only positional float arrays are replay inputs; keyword ones would be "
+                       "frozen. Pass them as positional arguments.")
+            out, aux = F.call_for_value(fun, call_args, kwargs, has_aux, kind)
             if not (isinstance(out, Tensor) and out._tape is trace.tape):
                 refuse("a function whose value does not depend on its arguments",
                        "there is nothing to replay.")
