@@ -99,7 +99,6 @@ class _Output:
     def __init__(self, trace, arg_of, result):
         self.trace = trace
         self.arg_of = arg_of
-        self.roots = []
         self.slots = []     # (arena, off, shape, dtype) of each result computed by the trace
         self.slot_rg = []   # ... and whether it requires grad
         # Results that require grad from a function that does not call backward() itself:
@@ -114,7 +113,6 @@ class _Output:
             if x._tape is tape:
                 if x._rg and not self.stepping:
                     self.differentiable = True
-                self.roots.append((x._dtype.arena, x._off))
                 self.slots.append((x._dtype.arena, x._off, x._shape, x._dtype))
                 self.slot_rg.append(bool(x._rg))
                 return ("slot", len(self.slots) - 1)
@@ -137,6 +135,11 @@ class _Output:
         if isinstance(x, dict):
             return ("dict", [(k, self._spec(v)) for k, v in x.items()])
         return ("const", x)
+
+    @property
+    def roots(self):
+        """The slots the results are read from (what freezing must keep)."""
+        return [(d, off) for d, off, _, _ in self.slots]
 
     def build(self, frozen, leaves, results=None, spec=None, args=None):
         """The result tree; ``results``: the computed tensors in slot order (a differentiable
@@ -487,8 +490,7 @@ def _one_array_call(entry, traced, kind):
             flat = x.reshape(-1)
             for at, n in loads:
                 vals[at:at + n] = flat
-            if replay(*args) >= 0:
-                raise RuntimeError(f"tj.compile({frozen.name}): the replay's backward sweep stopped")
+            frozen.check(replay(*args))
             value = float(vals[off])
             if slot is None:
                 g = np.zeros(grad_shape, grad_dtype)

@@ -209,23 +209,23 @@ class Frozen:
         gradient; with ``leaves=None`` gradients stay in the adjoint buffers (functional forms
         read them from there)."""
         self.refresh(inputs)
-        if self._fast is not None:
-            r = self.sweeps.replay(*self._fast_args)
-            if r >= 0:
-                raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
-            for event in self.events:
-                if event[0] == "call":
-                    event[1](*event[2])
-                else:
-                    self._deliver(event[1], leaves)
-            return
-        self.tape._run_forward(0, self.tape.nrec)
+        fast = self._fast is not None
+        if fast:    # forward, seed and backward in one compiled call
+            self.check(self.sweeps.replay(*self._fast_args))
+        else:
+            self.tape._run_forward(0, self.tape.nrec)
         for event in self.events:
             if event[0] == "call":
                 event[1](*event[2])
             else:
-                self._backward(event[1])
+                if not fast:
+                    self._backward(event[1])
                 self._deliver(event[1], leaves)
+
+    def check(self, r):
+        """A sweep returns -1, or the record it stopped at (which a frozen trace never has)."""
+        if r >= 0:
+            raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
 
     def _backward(self, bw):
         """A backward event, segment by segment (two dtypes, or a seed from a slot)."""
@@ -250,10 +250,8 @@ class Frozen:
             if kind == "cast":
                 _cast_backward(tape, start, True)
             else:
-                r = sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind], tape.flags[kind],
-                                tape.freed, tape.ints, tape.floats[kind], True)
-                if r >= 0:
-                    raise RuntimeError(f"tj.compile({self.name}): the replay's backward sweep stopped at record {r}")
+                self.check(sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
+                                       tape.flags[kind], tape.freed, tape.ints, tape.floats[kind], True))
         for d in (0, 1):
             tape.flags[d][self.load_outs[d]] = 0
 

@@ -103,8 +103,7 @@ class _Call:
             for _, off, n, shape, _, _ in plan.deliveries:
                 results.append(_concrete(adj[off:off + n].reshape(shape).copy()) if flags[off] else None)
             flags[frozen.load_outs[d]] = 0
-        if r >= 0:
-            raise RuntimeError(f"tj.compile({frozen.name}): the replay's backward sweep stopped at record {r}")
+        frozen.check(r)
         return tuple(results)
 
 

@@ -46,7 +46,6 @@ def placeholder(trace, t, position):
     p._grad = None
     p._hooks = None
     p._position = position
-    trace.label_args[position] = p
     return p
 
 

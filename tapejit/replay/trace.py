@@ -124,7 +124,6 @@ class Trace:
         self.placeholders = {}   # id(taped stand-in) -> the argument leaf it stands for
         self.grads_read = {}     # id(.grad tensor read after a backward) -> (leaf, tensor)
         self.graph_args = []     # arguments that require grad and have a graph (not leaves)
-        self.label_args = {}     # int64 tensor arguments: position -> placeholder (labels.py)
         self.labels_read = set()
         self.label_patches = []
         self.backward_done = False
