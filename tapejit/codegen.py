@@ -35,7 +35,7 @@ import numpy as np
 from numba import prange  # noqa: F401
 
 from tapejit._jit import kernel, parallel_sweep, sweep  # noqa: F401
-from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first  # noqa: F401
+from tapejit.ops._kernel_helpers import acc, at, claim, decode, zero_if_first  # noqa: F401
 from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
 '''
 
@@ -116,8 +116,16 @@ def _import_lines(ops):
 
 
 def _const_args(op):
-    """Expressions for a unary rule's ``c0, c1``: its static floats, or zeros it ignores."""
-    return [["c0", "c1"], ["floats[q]", "c1"], ["floats[q]", "floats[q + 1]"]][op.nconst]
+    """Names for a unary rule's ``c0, c1``: its static floats (read by ``_const_loads``
+    before the loop), or zeros it ignores."""
+    return [["c0", "c1"], ["k0", "c1"], ["k0", "k1"]][op.nconst]
+
+
+def _const_loads(op, ind):
+    """Reads a unary op's static floats once, before its element loop.  Read inside the
+    loop they are reloaded after every store to the arena (LLVM cannot tell the arrays
+    apart), which keeps it from vectorizing the loop or hoisting ``if c0 == 2.0``."""
+    return [f"{ind}k0 = floats[q]", f"{ind}k1 = floats[q + 1]"][:op.nconst]
 
 
 def _body(lines, ind):
@@ -127,12 +135,13 @@ def _body(lines, ind):
 def _forward_case(op, ind):
     if op.kind == "unary":
         pre = f"_{op.name}_"
-        return ([f"{ind}for i in range(p):"]
-                + _body(inline(op.value, ["v[a + i]"] + _const_args(op), "v[out + i]", pre), ind + "    "))
+        return (_const_loads(op, ind) + [f"{ind}for i in range(p):"]
+                + _body(inline(op.value, ["v[at(a + i)]"] + _const_args(op), "v[at(out + i)]", pre),
+                        ind + "    "))
     if op.kind == "binary":
         pre = f"_{op.name}_"
-        same = inline(op.value, ["v[a + i]", "v[b + i]"], "v[out + i]", pre)
-        strided = inline(op.value, ["v[a + i * sa]", "v[b + i * sb]"], "v[out + i]", pre)
+        same = inline(op.value, ["v[at(a + i)]", "v[at(b + i)]"], "v[at(out + i)]", pre)
+        strided = inline(op.value, ["v[at(a + i * sa)]", "v[at(b + i * sb)]"], "v[at(out + i)]", pre)
         return ([f"{ind}if q == 0:", f"{ind}    for i in range(p):"]
                 + _body(same, ind + "        ")
                 + [f"{ind}else:",
@@ -150,31 +159,39 @@ def _forward_case(op, ind):
 def _backward_case(op, ind):
     if op.kind == "unary":
         pre = f"_{op.name}_d_"
-        rule = inline(op.grad, ["v[a + i]", "v[out + i]", "g[out + i]"] + _const_args(op), "da", pre)
-        return ([f"{ind}if ma != 0:", f"{ind}    for i in range(p):"]
+        rule = inline(op.grad, ["v[at(a + i)]", "v[at(out + i)]", "g[at(out + i)]"] + _const_args(op), "da", pre)
+        return ([f"{ind}if ma != 0:"] + _const_loads(op, ind + "    ") + [f"{ind}    for i in range(p):"]
                 + _body(rule, ind + "        ")
                 + [f"{ind}        acc(g, a + i, da, ma)"])
     if op.kind == "binary":
         rx = inline(op.grad_x, ["x", "y", "z", "gz"], "da", f"_{op.name}_dx_")
         ry = inline(op.grad_y, ["x", "y", "z", "gz"], "db", f"_{op.name}_dy_")
-        return [f"{ind}sa = 1 - (q & 1)",
-                f"{ind}sb = 1 - ((q >> 1) & 1)",
-                # A stride-0 operand receives a sum: zero it once, then only add.
-                f"{ind}if sa == 0 and ma == 1:",
-                f"{ind}    g[a] = 0.0",
-                f"{ind}    ma = 2",
-                f"{ind}if sb == 0 and mb == 1:",
-                f"{ind}    g[b] = 0.0",
-                f"{ind}    mb = 2",
-                f"{ind}for i in range(p):",
-                f"{ind}    x = v[a + i * sa]",
-                f"{ind}    y = v[b + i * sb]",
-                f"{ind}    z = v[out + i]",
-                f"{ind}    gz = g[out + i]",
-                f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
-                f"{ind}        acc(g, a + i * sa, da, ma)",
-                f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
-                f"{ind}        acc(g, b + i * sb, db, mb)"]
+
+        def loop(ia, ib):
+            # x, y, z, gz are read whether or not a rule uses them: LLVM drops unused loads.
+            return ([f"{ind}    for i in range(p):",
+                     f"{ind}        x = v[at({ia})]",
+                     f"{ind}        y = v[at({ib})]",
+                     f"{ind}        z = v[at(out + i)]",
+                     f"{ind}        gz = g[at(out + i)]",
+                     f"{ind}        if ma != 0:"] + _body(rx, ind + "            ") + [
+                     f"{ind}            acc(g, {ia}, da, ma)",
+                     f"{ind}        if mb != 0:"] + _body(ry, ind + "            ") + [
+                     f"{ind}            acc(g, {ib}, db, mb)"])
+        # Same shapes get a loop of their own: with a stride of 0 possible, LLVM cannot
+        # vectorize the general one.
+        return ([f"{ind}if q == 0:"] + loop("a + i", "b + i")
+                + [f"{ind}else:",
+                   f"{ind}    sa = 1 - (q & 1)",
+                   f"{ind}    sb = 1 - ((q >> 1) & 1)",
+                   # A stride-0 operand receives a sum: zero it once, then only add.
+                   f"{ind}    if sa == 0 and ma == 1:",
+                   f"{ind}        g[a] = 0.0",
+                   f"{ind}        ma = 2",
+                   f"{ind}    if sb == 0 and mb == 1:",
+                   f"{ind}        g[b] = 0.0",
+                   f"{ind}        mb = 2"]
+                + loop("a + i * sa", "b + i * sb"))
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]

@@ -154,7 +154,7 @@ def record_unary(op, x, c0=0.0, c1=0.0):
     r = tape.n
     if r == tape.cap:
         tape.grow()
-    pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
+    pack_record(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
     tape.n = r + 1
     tape.groups |= op.bit
     return _taped(tape, off, x._shape, n, dt, rg)
@@ -206,7 +206,7 @@ def record_binary(op, x, y, numpy_fallback=None):
     r = tape.n
     if r == tape.cap:
         tape.grow()
-    pack_record(tape.rec, r * 48, op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
+    pack_record(tape.packed, r * 48, op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
                 yo if (rg and y._rg) else ~yo, n, q)
     tape.n = r + 1
     tape.groups |= op.bit

@@ -106,7 +106,7 @@ def test_tape_summary_lists_every_record():
     lines = table.splitlines()
     assert lines[0].split() == ["#", "op", "node", "dtype", "out", "a", "b", "value"]
     ops = [line.split()[1] for line in lines[1:]]
-    assert ops[-8:] == ["load", "load", "mul", "load", "add", "load", "sub", "pow_scalar"]
+    assert ops[-8:] == ["load", "load", "mul", "load", "add", "load", "sub", "square"]
     assert "AccumulateGrad" in table and "PowBackward0" in table
     assert tj.viz.summary(loss) == table
     assert tj.viz.summary(tj.tensor(1.0)) == "(a leaf: no records)"

@@ -4,6 +4,11 @@ Adjoint buffers are never zeroed in bulk.  Each input slot's first contribution 
 sweep *writes* (mode 1) and later ones *add* (mode 2); mode 0 means the input needs no
 gradient.  Kernels that scatter (indexing, views, expand) cannot write each element
 exactly once, so on mode 1 they zero the input's region first with ``zero_if_first``.
+
+Element loops index arenas through ``at``: an arena offset is never negative, and an
+unsigned index spares Numba's negative-index wraparound, whose branch per access kept
+LLVM from vectorizing the loops (elementwise records on a million elements ran 2-3x
+slower than NumPy's loops).
 """
 import numpy as np
 from numba import types
@@ -13,11 +18,18 @@ from tapejit._jit import helper
 
 
 @helper
+def at(i):
+    """Arena index ``i`` (>= 0) as unsigned: no wraparound branch (see the module docstring)."""
+    return np.uint64(i)
+
+
+@helper
 def acc(g, i, value, mode):
+    k = np.uint64(i)
     if mode == 1:
-        g[i] = value
+        g[k] = value
     else:
-        g[i] += value
+        g[k] += value
 
 
 @helper
@@ -32,6 +44,27 @@ def claim(flags, off):
 
 
 @helper
+def row_sum(v, start, n, zero):
+    """``v[start:start + n].sum()`` in four interleaved partial sums, which LLVM keeps in
+    vector registers: one running sum waits on each add (about 4x slower on long rows).
+    ``zero`` is a 0 of the accumulator type (``x * 0.0`` is NaN for an infinite x)."""
+    s0 = zero
+    s1 = zero
+    s2 = zero
+    s3 = zero
+    full = n - n % 4
+    for j in range(0, full, 4):
+        k = start + j
+        s0 += v[np.uint64(k)]
+        s1 += v[np.uint64(k + 1)]
+        s2 += v[np.uint64(k + 2)]
+        s3 += v[np.uint64(k + 3)]
+    for j in range(full, n):
+        s0 += v[np.uint64(start + j)]
+    return (s0 + s1) + (s2 + s3)
+
+
+@helper
 def decode(off):
     return off if off >= 0 else ~off
 
@@ -40,7 +73,7 @@ def decode(off):
 def zero_if_first(g, start, size, mode):
     if mode == 1:
         for i in range(size):
-            g[start + i] = 0.0
+            g[np.uint64(start + i)] = 0.0
 
 
 def tanh(x):

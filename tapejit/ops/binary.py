@@ -322,8 +322,15 @@ def pow(input, exponent):
     if _is_scalar(exponent):
         if _int_result(input, exponent):
             return _concrete(np.asarray(input._value() ** exponent))
+        if exponent == 2:
+            return record_unary(_u.SQUARE, input)
         return record_unary(_u.POW_SCALAR, input, float(exponent))
     return pow(input, as_tensor_operand(exponent, input))
+
+
+@export(method=True)
+def square(input):
+    return pow(input, 2)
 
 
 @export(function=False, dunders=("__rpow__",))

@@ -15,7 +15,7 @@ Static layouts live in the tape's ``ints`` column at index ``p``:
 import numpy as np
 
 from tapejit._jit import kernel, small_kernel
-from tapejit.ops._kernel_helpers import acc, claim, decode, zero_if_first
+from tapejit.ops._kernel_helpers import acc, at, claim, decode, zero_if_first
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere
 
@@ -27,7 +27,7 @@ def copy_range_forward(v, out, a, b, p, q, ints, floats):
     # b = start within the source (recorded as ~start: not an operand), p = count
     start = a + b
     for i in range(p):
-        v[out + i] = v[start + i]
+        v[at(out + i)] = v[at(start + i)]
 
 
 @small_kernel
@@ -37,11 +37,12 @@ def copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         return
     if ma == 1 and b == 0 and p == q:
         for i in range(p):
-            g[a + i] = g[out + i]
+            g[at(a + i)] = g[at(out + i)]
         return
     zero_if_first(g, a, q, ma)
+    start = a + b
     for i in range(p):
-        g[a + b + i] += g[out + i]
+        g[at(start + i)] += g[at(out + i)]
 
 
 def _t(tj, x):
@@ -305,7 +306,7 @@ def _copy_range(op, x, start, n, shape):
     r = tape.n
     if r == tape.cap:
         tape.grow()
-    _pack(tape.rec, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
+    _pack(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
     tape.n = r + 1
     tape.groups |= op.bit
     return _taped(tape, off, shape, n, dt, rg)
@@ -334,7 +335,7 @@ def _rows(x):
         r = tape.n
         if r == tape.cap:
             tape.grow()
-        _pack(tape.rec, r * 48, code, off, xo, ~(i * inner), inner, size)
+        _pack(tape.packed, r * 48, code, off, xo, ~(i * inner), inner, size)
         tape.n = r + 1
         out.append(_taped(tape, off, rest, inner, dt, True))
     tape.groups |= UNBIND.bit

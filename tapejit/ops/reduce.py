@@ -15,7 +15,7 @@ kernels must not call those builtins.)
 import numpy as np
 
 from tapejit._jit import kernel
-from tapejit.ops._kernel_helpers import acc
+from tapejit.ops._kernel_helpers import acc, at, row_sum
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 
@@ -39,13 +39,10 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
     i = a
     for _ in range(n // inner if inner > 0 else 0):
         if istep == 0:
-            s = floats[0] * 0.0   # floats[0] is 0: a zero of the accumulator type (x * 0.0 is NaN for x = inf)
-            for j in range(inner):
-                s += v[i + j]
-            v[pos] += s
+            v[pos] += row_sum(v, i, inner, floats[0])
         else:
             for j in range(inner):
-                v[pos + j * istep] += v[i + j]
+                v[at(pos + j * istep)] += v[at(i + j)]
         i += inner
         d = nd - 2
         while d >= 0:
@@ -78,8 +75,13 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     pos = out
     i = a
     for _ in range(n // inner if inner > 0 else 0):
-        for j in range(inner):
-            acc(g, i + j, g[pos + j * istep] * scale, ma)
+        if istep == 0:
+            gi = g[pos] * scale
+            for j in range(inner):
+                acc(g, i + j, gi, ma)
+        else:
+            for j in range(inner):
+                acc(g, i + j, g[at(pos + j * istep)] * scale, ma)
         i += inner
         d = nd - 2
         while d >= 0:

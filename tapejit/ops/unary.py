@@ -120,17 +120,29 @@ RDIV_SCALAR = define_arith("rdiv_scalar", "MulBackward0", rdiv_scalar_value, rdi
 
 
 @rule
+def square_value(x, c0, c1):
+    return x * x
+
+
+@rule
+def square_grad(x, y, g, c0, c1):
+    return g * 2.0 * x
+
+
+# ``x ** 2``, most of the powers people write, is an op of its own: x * x is exact and far
+# cheaper than pow, and a loop with no branch on the exponent vectorizes.
+SQUARE = define_arith("square", "PowBackward0", square_value, square_grad, vectorized=True,
+                      samples=lambda rng: (unary_samples("square", anywhere, lambda tj, x: x ** 2)(rng)
+                                           + unary_samples("square_fn", anywhere, lambda tj, x: tj.square(x))(rng)))
+
+
+@rule
 def pow_scalar_value(x, c0, c1):
-    # Squares are most of the powers people write; x * x is exact and far cheaper than pow.
-    if c0 == 2.0:
-        return x * x
     return x ** c0
 
 
 @rule
 def pow_scalar_grad(x, y, g, c0, c1):
-    if c0 == 2.0:
-        return g * 2.0 * x
     if c0 == 0.0:
         return g * 0.0
     return g * c0 * x ** (c0 - 1.0)
@@ -138,7 +150,7 @@ def pow_scalar_grad(x, y, g, c0, c1):
 
 POW_SCALAR = define_arith("pow_scalar", "PowBackward0", pow_scalar_value, pow_scalar_grad,
                           nconst=1, vectorized=True,
-                          samples=lambda rng: (unary_samples("pow_scalar", anywhere, lambda tj, x: x ** 2)(rng)
+                          samples=lambda rng: (unary_samples("pow_scalar", anywhere, lambda tj, x: x ** 3)(rng)
                                                + unary_samples("pow_scalar_frac", positive,
                                                                lambda tj, x: x ** 1.5)(rng)
                                                + unary_samples("pow_scalar_neg", positive,

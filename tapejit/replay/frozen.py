@@ -107,7 +107,7 @@ class Frozen:
                 self.loads.append(Load(d, out, n, None, src, src._shape))
         self.load_outs = [np.array(o, np.int64) for o in load_outs]
         # The tape, cut to the live records; offsets stay, so values need no moving.
-        tape.rec = np.ascontiguousarray(tape.rec[kept]) if len(kept) else np.zeros((1, 6), np.int64)
+        tape.use_records(np.ascontiguousarray(tape.rec[kept]) if len(kept) else np.zeros((1, 6), np.int64))
         tape.n = tape.nrec = tape.cap = len(kept)
         tape.freed = np.zeros(max(len(kept), 1), np.uint8)
         tape._producers = None
