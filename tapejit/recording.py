@@ -220,17 +220,15 @@ def record(op, inputs, shape, dt, p=0, q=0, grads=None, listed_rg=False):
     ``listed_rg`` says an operand listed in ``ints`` (cat, stack) requires grad.
     """
     enabled = state.grad
-    if not state.eager and not listed_rg and not (
-            enabled and any(t._rg and (grads is None or grads[i]) for i, t in enumerate(inputs))):
+    wanted = [enabled and t._rg and (grads is None or grads[i]) for i, t in enumerate(inputs)]
+    rg = True in wanted
+    if not (rg or listed_rg or state.eager):
         return eager(record, op, inputs, shape, dt, p, q, grads)
     tape = state.tape or current()
     fields = [-1, -1]
-    rg = False
     for i, t in enumerate(inputs):
         off = t._off if (t._tape is tape and t._dtype is dt) else operand(tape, t, dt)
-        wants = enabled and t._rg and (grads is None or grads[i])
-        rg = rg or wants
-        fields[i] = off if wants else ~off
+        fields[i] = off if wanted[i] else ~off
     n = _numel(shape)
     d = dt.arena
     cur = tape.cursor

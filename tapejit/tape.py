@@ -58,7 +58,7 @@ _process = {"groups": -1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" 
 def sweeps(mask):
     """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
     current = _process["groups"]
-    if mask & ~current == 0 and _process["module"] is not None:
+    if mask & current == mask and _process["module"] is not None:
         return _process["module"]
     from tapejit.codegen import load_sweeps
     everything = (1 << len(registry.GROUPS)) - 1
@@ -233,6 +233,8 @@ class Tape:
             self.vals[d] = grown
 
     def ensure_adjoints(self):
+        if len(self.adj[0]) >= len(self.vals[0]) and len(self.adj[1]) >= len(self.vals[1]):
+            return
         for d in (0, 1):
             need = len(self.vals[d])
             if len(self.adj[d]) < need:
@@ -266,19 +268,25 @@ class Tape:
             if end > len(self.floats[0]):
                 size = max(end, 2 * len(self.floats[0]))
                 self.floats = [_grown(f, size, self.nfloats) for f in self.floats]
-            chunk = np.array(self.pfloats, np.float64)
-            self.floats[0][self.nfloats:end] = chunk
-            self.floats[1][self.nfloats:end] = chunk
+            f64, f32 = self.floats
+            f64[self.nfloats:end] = self.pfloats
+            f32[self.nfloats:end] = f64[self.nfloats:end]
             self.pfloats.clear()
             self.nfloats = end
-        for d in (0, 1):
-            self._ensure_arena(d, self.cursor[d])
+        cursor = self.cursor
+        if cursor[0] > len(self.vals[0]) or cursor[1] > len(self.vals[1]):
+            for d in (0, 1):
+                self._ensure_arena(d, cursor[d])
         self.nrec = hi
         self._producers = None
         self._run_forward(lo, hi)
 
     def _run_forward(self, lo, hi):
         sw = sweeps(self.groups)
+        if not (self.cursor[0] and self.cursor[1]):   # one dtype, so no casts: one segment
+            d = 0 if self.cursor[0] else 1
+            sw.forward(self.rec, lo, hi, self.vals[d], self.ints, self.floats[d])
+            return
         for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":
                 self._cast_forward(start)
