@@ -40,6 +40,24 @@ from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
 '''
 
 
+# Runs of large elementwise records, one copy of the run per chunk of elements
+# (tapejit/chunked.py): each call works through chunks ``first .. last-1``; threads of
+# tapejit/chunked.py call it on their shares at once (the sweeps release the GIL).
+_CHUNKS = '''
+
+@sweep
+def forward_chunks(chunks, first, last, v, ints, floats):
+    for c in range(first, last):
+        forward(chunks[c], 0, chunks.shape[1], v, ints, floats)
+
+
+@sweep
+def backward_chunks(chunks, first, last, v, g, flags, freeds, ints, floats, retain, status):
+    for c in range(first, last):
+        status[c] = backward(chunks[c], 0, chunks.shape[1], v, g, flags, freeds[c], ints, floats, retain)
+'''
+
+
 # A tj.compile trace, replayed: the forward sweep, then the backward sweep from the seeds,
 # in one compiled call (tapejit/replay).  ``seed_at`` rows are (offset, count) of each
 # root with its seed values concatenated in ``seed_vals``; ``load_outs`` are the slots of
@@ -279,6 +297,7 @@ def generate_source(ops=None, digest=None):
               "        if not retain:",
               "            freed[r] = 1",
               "    return -1", ""]
+    lines.append(_CHUNKS)
     lines.append(_REPLAY)
     return "\n".join(lines)
 

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from tapejit import registry
+from tapejit import chunked, registry
 from tapejit.ops.core import CAST
 from tapejit.tape import sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
@@ -124,8 +124,11 @@ def _backward_scalar(root, leaves=None):
         flags[off] = 1
     sw = sweeps(tape.groups)
     try:
-        _check(tape, sw.backward(tape.rec, 0, tape.nrec, tape.vals[d], adj, flags, tape.freed,
-                                 tape.ints, tape.floats[d], False))
+        if chunked.worth_it(tape):
+            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
+        else:
+            _check(tape, sw.backward(tape.rec, 0, tape.nrec, tape.vals[d], adj, flags, tape.freed,
+                                     tape.ints, tape.floats[d], False))
     except BaseException:
         flags[:] = 0
         raise

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from tapejit import registry
+from tapejit import chunked, registry
 
 _ARENA_DTYPES = (np.float64, np.float32)
 # Writes one record's six fields straight into the record column: no Python objects are
@@ -285,7 +285,10 @@ class Tape:
         sw = sweeps(self.groups)
         if not (self.cursor[0] and self.cursor[1]):   # one dtype, so no casts: one segment
             d = 0 if self.cursor[0] else 1
-            sw.forward(self.rec, lo, hi, self.vals[d], self.ints, self.floats[d])
+            if chunked.worth_it(self):
+                chunked.forward(self, sw, lo, hi, d)
+            else:
+                sw.forward(self.rec, lo, hi, self.vals[d], self.ints, self.floats[d])
             return
         for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":

@@ -1,0 +1,197 @@
+"""Runs of large elementwise records, executed chunk by chunk across cores.
+
+A tape over large arrays is mostly elementwise records of one length ``n`` (arithmetic,
+activations, the copies behind slices), each a pass over memory.  A *run* of such
+records is executed here as chunks of ``CHUNK`` elements: chunk ``c`` is a copy of the
+run's records with every operand shifted to elements ``c * CHUNK ...``, run by the
+ordinary compiled sweep (``forward_chunks``/``backward_chunks`` in the generated module
+loop over a range of chunks).  The chunks are shared out to a few threads; the sweeps
+release the GIL, so the threads run at once.  Each thread works through all the run's
+records on a few kilobytes at a time, which stay in cache from one record to the next,
+where one pass per record would stream every intermediate through memory.
+
+What may join a run (the conditions keep chunks independent):
+
+* forward: unary ops, binary ops (a size-1 operand of a broadcast is read whole, not
+  shifted), and range copies (slices) whose source is not computed inside the run
+  (a chunk would read another chunk's elements);
+* backward: unary ops and same-shape binary ops.  A broadcast operand's gradient is a
+  sum over every chunk, and a slice adds into its source's range shifted by its start,
+  which overlaps the neighbouring chunk's: those records run whole, between runs.
+
+The backward sweep marks an adjoint slot as written in ``flags[slot]``.  A chunk's
+shifted offsets look up ``flags[slot + start]``, positions inside the slot that nothing
+else uses: they are set from ``flags[slot]`` before the run and cleared after it, so
+every chunk sees the flags chunk 0 sees.
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tapejit import registry
+from tapejit.threads import default_threads
+
+#: records shorter than this run whole: below it a parallel launch costs more than it saves
+MIN_ELEMENTS = 1 << 16
+#: elements per chunk: a run's intermediates for one chunk stay in the core's cache
+CHUNK = 8192
+
+_NONE, _UNARY, _BINARY, _COPY = 0, 1, 2, 3
+_kinds = None
+#: threads working on a run, the caller's included (``tj.set_num_threads``)
+THREADS = default_threads()
+_pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
+
+
+def _kind_table():
+    """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
+    global _kinds
+    if _kinds is None or len(_kinds) != len(registry.OPS):
+        from tapejit.ops.movement import copy_range_forward
+        kinds = np.zeros(len(registry.OPS), np.int8)
+        for op in registry.OPS:
+            if op.kind == "unary":
+                kinds[op.opcode] = _UNARY
+            elif op.kind == "binary":
+                kinds[op.opcode] = _BINARY
+            elif op.forward is copy_range_forward:
+                kinds[op.opcode] = _COPY
+        _kinds = kinds
+    return _kinds
+
+
+def worth_it(tape):
+    """Cheap test first: a tape whose arenas are small has no large record."""
+    return tape.cursor[0] + tape.cursor[1] >= 2 * MIN_ELEMENTS
+
+
+def _runs(rec, lo, hi, backward):
+    """``[(start, end)]``: maximal runs of chunkable records in ``rec[lo:hi]`` (loads may sit
+    inside a run: neither sweep does anything for them)."""
+    rows = rec[lo:hi]
+    kind = _kind_table()[rows[:, 0] >> 1]
+    size = rows[:, 4]
+    load = registry.BY_NAME["load"].opcode
+    is_load = (rows[:, 0] >> 1) == load
+    ok = (kind != _NONE) & (size >= MIN_ELEMENTS)
+    if backward:
+        ok &= (kind == _UNARY) | ((kind == _BINARY) & (rows[:, 5] == 0))
+    if not ok.any():
+        return []
+    runs = []
+    start = None
+    length = 0
+    made = set()          # slots computed inside the current run
+    for i in range(len(rows)):
+        if is_load[i] and start is not None:
+            continue
+        fits = ok[i] and (start is None or size[i] == length)
+        if fits and kind[i] == _COPY and not backward:
+            source = rows[i, 2] if rows[i, 2] >= 0 else ~rows[i, 2]
+            fits = source not in made
+        if not fits:
+            if start is not None:
+                runs.append((lo + start, lo + i))
+                start = None
+            if not ok[i]:
+                continue
+        if start is None:
+            start, length, made = i, size[i], set()
+        made.add(int(rows[i, 1]))
+    if start is not None:
+        runs.append((lo + start, hi))
+    return runs
+
+
+def _shifted(rec, start, end, n, backward):
+    """The run's records once per chunk, each chunk's operands moved to its elements."""
+    rows = rec[start:end]
+    kind = _kind_table()[rows[:, 0] >> 1]
+    firsts = np.arange(0, n, CHUNK, dtype=np.int64)
+    k = len(firsts)
+    chunks = np.repeat(rows[None, :, :], k, axis=0)
+    shift = firsts[:, None]
+    work = kind != _NONE                      # loads stay as they are
+    counts = np.minimum(CHUNK, n - firsts)
+    chunks[:, work, 4] = counts[:, None]
+    chunks[:, work, 1] += shift
+
+    def move(field, where):
+        enc = rows[:, field]
+        chunks[:, where & (enc >= 0), field] += shift
+        chunks[:, where & (enc < 0), field] -= shift      # ~(x + s) == ~x - s
+
+    unary = kind == _UNARY
+    binary = kind == _BINARY
+    copy = kind == _COPY
+    q = rows[:, 5]
+    move(2, unary | (binary & ((q & 1) == 0)))
+    move(3, binary & ((q & 2) == 0))
+    # A copy's field b is ~start within its source: start + first is ~b - first.
+    move(3, copy)
+    return chunks, firsts
+
+
+def forward(tape, sw, lo, hi, d):
+    """The forward sweep over ``rec[lo:hi]`` with large elementwise runs chunked."""
+    rec, v, ints, floats = tape.rec, tape.vals[d], tape.ints, tape.floats[d]
+    at = lo
+    for start, end in _runs(rec, lo, hi, backward=False):
+        if start > at:
+            sw.forward(rec, at, start, v, ints, floats)
+        chunks, _ = _shifted(rec, start, end, int(rec[start, 4]), False)
+        _shared_out(sw.forward_chunks, chunks, v, ints, floats)
+        at = end
+    if hi > at:
+        sw.forward(rec, at, hi, v, ints, floats)
+
+
+def backward(tape, sw, lo, hi, d, retain):
+    """The backward sweep over ``rec[lo:hi]`` (newest first) with large elementwise runs
+    chunked; returns -1 or the index of a record that cannot run, as the sweep does."""
+    rec, v, g, flags = tape.rec, tape.vals[d], tape.adj[d], tape.flags[d]
+    freed, ints, floats = tape.freed, tape.ints, tape.floats[d]
+    top = hi
+    for start, end in reversed(_runs(rec, lo, hi, backward=True)):
+        if end < top:
+            r = sw.backward(rec, end, top, v, g, flags, freed, ints, floats, retain)
+            if r >= 0:
+                return r
+        r = _backward_run(sw, rec, start, end, v, g, flags, freed, ints, floats, retain)
+        if r >= 0:
+            return r
+        top = start
+    if top > lo:
+        return sw.backward(rec, lo, top, v, g, flags, freed, ints, floats, retain)
+    return -1
+
+
+def _backward_run(sw, rec, start, end, v, g, flags, freed, ints, floats, retain):
+    chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
+    rows = rec[start:end]
+    work = _kind_table()[rows[:, 0] >> 1] != _NONE
+    slots = np.concatenate([rows[work, 1], rows[work, 2], rows[work, 3]])
+    slots = np.unique(slots[slots >= 0])
+    mirrors = (slots[None, :] + firsts[1:, None]).ravel()
+    flags[mirrors] = np.tile(flags[slots], len(firsts) - 1)
+    freeds = np.repeat(freed[None, start:end], len(firsts), axis=0)
+    status = np.empty(len(firsts), np.int64)
+    _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, ints, floats, retain, status)
+    flags[mirrors] = 0
+    freed[start:end] = freeds[0]
+    r = int(status[0])
+    return r + start if r >= 0 else -1
+
+
+def _shared_out(sweep, chunks, *args):
+    """``sweep(chunks, first, last, *args)`` over every chunk: one contiguous share per
+    thread, the calling thread taking the first."""
+    k = len(chunks)
+    shares = min(THREADS, k)
+    bounds = [k * i // shares for i in range(shares + 1)]
+    if _pool[1] < shares - 1:
+        _pool[:] = [ThreadPoolExecutor(shares - 1, thread_name_prefix="tapejit-chunks"), shares - 1]
+    others = [_pool[0].submit(sweep, chunks, bounds[i], bounds[i + 1], *args) for i in range(1, shares)]
+    sweep(chunks, bounds[0], bounds[1], *args)
+    for f in others:
+        f.result()

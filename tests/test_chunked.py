@@ -1,0 +1,133 @@
+"""Large elementwise runs executed chunk by chunk across cores (tapejit/chunked.py).
+
+Chunking changes where elements are computed, never what: every registry sample, with
+the thresholds lowered so that its tiny tapes are chunked, gives the values and
+gradients it gives unchunked, bit for bit.  Then the semantics that touch the sweeps'
+bookkeeping (flags, freed records): accumulation, retain_graph, the freed-graph error,
+two roots sharing a run; and one workload at full size.
+"""
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import chunked, registry
+from tapejit.tape import sweeps
+
+from test_gradients import CASES
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_sweep_module():
+    """Load the sweeps for every op group first, so that every test here uses one module
+    and its chunked sweeps compile once."""
+    sweeps((1 << len(registry.GROUPS)) - 1)
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch):
+    """Chunk every elementwise record of two or more elements, three elements a chunk."""
+    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(chunked, "CHUNK", 3)
+
+
+def _run(fn, inputs, weights):
+    leaves = [tj.tensor(x, requires_grad=True) for x in inputs]
+    out = fn(tj, *leaves)
+    value = np.array(out.detach().numpy(), copy=True)
+    (out * tj.tensor(weights)).sum().backward()
+    return value, [None if x.grad is None else x.grad.numpy().copy() for x in leaves]
+
+
+@pytest.mark.parametrize("op, label, fn, inputs", CASES)
+def test_sample_unchanged_by_chunking(op, label, fn, inputs, monkeypatch):
+    out_shape = fn(tj, *[tj.tensor(x) for x in inputs]).shape
+    weights = np.random.default_rng(7).standard_normal(tuple(out_shape))
+    expected = _run(fn, inputs, weights)
+    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(chunked, "CHUNK", 3)
+    got = _run(fn, inputs, weights)
+    np.testing.assert_array_equal(got[0], expected[0])
+    for g, e in zip(got[1], expected[1]):
+        assert (g is None) == (e is None)
+        if g is not None:
+            np.testing.assert_array_equal(g, e)
+
+
+def _graph(x, w):
+    """Slices, same-shape and broadcast arithmetic, activations: runs of every kind."""
+    a = x[1:] * w - x[:-1] ** 2
+    b = tj.tanh(a) + 0.5 * tj.exp(-x[:-1]) / (1.0 + a * a)
+    return b, (b * b).sum() + (3.0 - b).sum()
+
+
+def test_graph_runs_are_chunked_and_exact(monkeypatch):
+    rng = np.random.default_rng(0)
+    x0, w0 = rng.standard_normal(40), rng.standard_normal(())
+    expected = []
+    for forced in (False, True):
+        if forced:
+            monkeypatch.setattr(chunked, "MIN_ELEMENTS", 8)
+            monkeypatch.setattr(chunked, "CHUNK", 5)
+            tape_runs = []
+            real = chunked._runs
+            monkeypatch.setattr(chunked, "_runs", lambda *a, **k: tape_runs.append(real(*a, **k)) or tape_runs[-1])
+        x, w = tj.tensor(x0, requires_grad=True), tj.tensor(w0, requires_grad=True)
+        b, loss = _graph(x, w)
+        loss.backward()
+        got = (b.detach().numpy().copy(), loss.item(), x.grad.numpy().copy(), w.grad.item())
+        if not forced:
+            expected = got
+    assert any(tape_runs[0]) and any(tape_runs[1]), "forward and backward both had runs to chunk"
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1] and got[3] == expected[3]
+    np.testing.assert_array_equal(got[2], expected[2])
+
+
+def test_accumulation_and_retain_graph(tiny_chunks):
+    x = tj.tensor(np.linspace(-1, 1, 30), requires_grad=True)
+    y = (x * x * 3.0).sum()
+    y.backward(retain_graph=True)
+    y.backward(retain_graph=True)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * 6 * np.linspace(-1, 1, 30))
+    x.grad.zero_()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * np.linspace(-1, 1, 30))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_two_roots_share_a_run(tiny_chunks):
+    x = tj.tensor(np.linspace(0.1, 2, 30), requires_grad=True)
+    h = tj.sin(x) * x
+    first, second = (h * 2.0).sum(), (h * h).sum()
+    first.backward(retain_graph=True)
+    g1 = x.grad.numpy().copy()
+    second.backward()
+    xv = np.linspace(0.1, 2, 30)
+    dh = np.cos(xv) * xv + np.sin(xv)
+    np.testing.assert_allclose(g1, 2 * dh, rtol=1e-13)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * dh + 2 * np.sin(xv) * xv * dh, rtol=1e-13)
+
+
+def test_unreached_records_stay_usable(tiny_chunks):
+    """A backward frees only the records it went through: another root's records stay."""
+    x = tj.tensor(np.linspace(0.1, 2, 30), requires_grad=True)
+    y = tj.tensor(np.linspace(-2, 2, 30), requires_grad=True)
+    a, b = (x * x).sum(), (tj.exp(y) * 2.0).sum()
+    a.backward()
+    b.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.linspace(0.1, 2, 30))
+    np.testing.assert_allclose(y.grad.numpy(), 2 * np.exp(np.linspace(-2, 2, 30)))
+
+
+def test_rosenbrock_at_full_size():
+    """Above the real threshold: the gradient of a 300,000-element Rosenbrock function."""
+    from scipy.optimize import rosen, rosen_der
+    x0 = np.random.default_rng(1).uniform(-2, 2, 300_000)
+    assert x0.size > chunked.MIN_ELEMENTS
+    x = tj.from_numpy(x0).requires_grad_()
+    loss = (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), rosen(x0), rtol=1e-12)
+    ref = rosen_der(x0)
+    np.testing.assert_allclose(x.grad.numpy(), ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
