@@ -16,8 +16,13 @@ What may join a run (the conditions keep chunks independent):
   shifted), and range copies (slices) whose source is not computed inside the run
   (a chunk would read another chunk's elements);
 * backward: unary ops and same-shape binary ops.  A broadcast operand's gradient is a
-  sum over every chunk, and a slice adds into its source's range shifted by its start,
-  which overlaps the neighbouring chunk's: those records run whole, between runs.
+  sum over every chunk, so those records run whole, between runs.  So do slices when
+  threads share a run: a slice adds into its source's range shifted by its start, which
+  overlaps the neighbouring chunk's.  On one thread the chunks run in turn and slices
+  join runs.
+
+In both, a slot that a chunk reads whole (a slice's source, a broadcast operand) must
+not be computed in the run nor read chunk by chunk elsewhere in it.
 
 The backward sweep marks an adjoint slot as written in ``flags[slot]``.  A chunk's
 shifted offsets look up ``flags[slot + start]``, positions inside the slot that nothing
@@ -71,24 +76,25 @@ def _runs(rec, lo, hi, backward):
     rows = rec[lo:hi]
     kind = _kind_table()[rows[:, 0] >> 1]
     size = rows[:, 4]
-    load = registry.BY_NAME["load"].opcode
-    is_load = (rows[:, 0] >> 1) == load
+    is_load = (rows[:, 0] >> 1) == registry.BY_NAME["load"].opcode
     ok = (kind != _NONE) & (size >= MIN_ELEMENTS)
     if backward:
-        ok &= (kind == _UNARY) | ((kind == _BINARY) & (rows[:, 5] == 0))
+        same_shape = (kind == _UNARY) | ((kind == _BINARY) & (rows[:, 5] == 0))
+        ok &= same_shape | ((kind == _COPY) & (THREADS == 1))
     if not ok.any():
         return []
     runs = []
     start = None
-    length = 0
-    made = set()          # slots computed inside the current run
     for i in range(len(rows)):
         if is_load[i] and start is not None:
             continue
         fits = ok[i] and (start is None or size[i] == length)
-        if fits and kind[i] == _COPY and not backward:
-            source = rows[i, 2] if rows[i, 2] >= 0 else ~rows[i, 2]
-            fits = source not in made
+        if fits:
+            whole, aligned = _operands(rows[i], kind[i])
+            # A slot a chunk reads whole is neither computed in the run (a chunk would read
+            # other chunks' elements) nor also read chunk by chunk (a chunk's first
+            # gradient would overwrite what another chunk added to the whole slot).
+            fits = start is None or not (whole & made or whole & by_chunk or aligned & read_whole)
         if not fits:
             if start is not None:
                 runs.append((lo + start, lo + i))
@@ -96,11 +102,29 @@ def _runs(rec, lo, hi, backward):
             if not ok[i]:
                 continue
         if start is None:
-            start, length, made = i, size[i], set()
+            start, length, made, by_chunk, read_whole = i, size[i], set(), set(), set()
         made.add(int(rows[i, 1]))
+        by_chunk |= aligned
+        read_whole |= whole
     if start is not None:
         runs.append((lo + start, hi))
     return runs
+
+
+def _operands(row, kind):
+    """``(whole, aligned)``: the slots of a record's operands read whole (a copy's source,
+    a broadcast size-1 operand) and read element by element."""
+    a = int(row[2]) if row[2] >= 0 else ~int(row[2])
+    if kind == _COPY:
+        return {a}, set()
+    if kind == _UNARY:
+        return set(), {a}
+    b = int(row[3]) if row[3] >= 0 else ~int(row[3])
+    q = int(row[5])
+    whole, aligned = set(), set()
+    (whole if q & 1 else aligned).add(a)
+    (whole if q & 2 else aligned).add(b)
+    return whole, aligned
 
 
 def _shifted(rec, start, end, n, backward):
@@ -169,9 +193,13 @@ def backward(tape, sw, lo, hi, d, retain):
 def _backward_run(sw, rec, start, end, v, g, flags, freed, ints, floats, retain):
     chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
     rows = rec[start:end]
-    work = _kind_table()[rows[:, 0] >> 1] != _NONE
-    slots = np.concatenate([rows[work, 1], rows[work, 2], rows[work, 3]])
-    slots = np.unique(slots[slots >= 0])
+    kind = _kind_table()[rows[:, 0] >> 1]
+    slots = set()
+    for row, k in zip(rows, kind):
+        if k != _NONE:
+            slots.add(int(row[1]))
+            slots |= _operands(row, k)[1]
+    slots = np.array(sorted(slots), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
     flags[mirrors] = np.tile(flags[slots], len(firsts) - 1)
     freeds = np.repeat(freed[None, start:end], len(firsts), axis=0)

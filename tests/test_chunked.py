@@ -23,11 +23,13 @@ def one_sweep_module():
     sweeps((1 << len(registry.GROUPS)) - 1)
 
 
-@pytest.fixture
-def tiny_chunks(monkeypatch):
-    """Chunk every elementwise record of two or more elements, three elements a chunk."""
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def tiny_chunks(request, monkeypatch):
+    """Chunk every elementwise record of two or more elements, three elements a chunk, on
+    one thread (slices join backward runs) and on two (they do not)."""
     monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
     monkeypatch.setattr(chunked, "CHUNK", 3)
+    monkeypatch.setattr(chunked, "THREADS", request.param)
 
 
 def _run(fn, inputs, weights):
@@ -38,13 +40,15 @@ def _run(fn, inputs, weights):
     return value, [None if x.grad is None else x.grad.numpy().copy() for x in leaves]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("op, label, fn, inputs", CASES)
-def test_sample_unchanged_by_chunking(op, label, fn, inputs, monkeypatch):
+def test_sample_unchanged_by_chunking(op, label, fn, inputs, threads, monkeypatch):
     out_shape = fn(tj, *[tj.tensor(x) for x in inputs]).shape
     weights = np.random.default_rng(7).standard_normal(tuple(out_shape))
     expected = _run(fn, inputs, weights)
     monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
     monkeypatch.setattr(chunked, "CHUNK", 3)
+    monkeypatch.setattr(chunked, "THREADS", threads)
     got = _run(fn, inputs, weights)
     np.testing.assert_array_equal(got[0], expected[0])
     for g, e in zip(got[1], expected[1]):
@@ -60,7 +64,28 @@ def _graph(x, w):
     return b, (b * b).sum() + (3.0 - b).sum()
 
 
-def test_graph_runs_are_chunked_and_exact(monkeypatch):
+def _row(name, out, a, b, n, q=0):
+    return [registry.BY_NAME[name].opcode * 2, out, a, b, n, q]
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_slot_read_whole_and_by_chunk_splits_the_run(backward, monkeypatch):
+    """Slot 0 is a copy's source (read whole) and a product's operand (read chunk by
+    chunk), so one run may not hold both; a copy of a slot computed in the run ends it."""
+    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 4)
+    monkeypatch.setattr(chunked, "THREADS", 1)
+    n = 10
+    rec = np.array([_row("reshape", 100, 0, ~0, n, n),
+                    _row("mul", 200, 0, 100, n),
+                    _row("neg", 300, 200, -1, n),
+                    _row("reshape", 400, 300, ~0, n, n)], np.int64)
+    assert chunked._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
+    monkeypatch.setattr(chunked, "THREADS", 2)     # then copies stay out of backward runs
+    assert chunked._runs(rec, 0, len(rec), backward) == ([(1, 3)] if backward else [(0, 1), (1, 3), (3, 4)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_graph_runs_are_chunked_and_exact(threads, monkeypatch):
     rng = np.random.default_rng(0)
     x0, w0 = rng.standard_normal(40), rng.standard_normal(())
     expected = []
@@ -68,6 +93,7 @@ def test_graph_runs_are_chunked_and_exact(monkeypatch):
         if forced:
             monkeypatch.setattr(chunked, "MIN_ELEMENTS", 8)
             monkeypatch.setattr(chunked, "CHUNK", 5)
+            monkeypatch.setattr(chunked, "THREADS", threads)
             tape_runs = []
             real = chunked._runs
             monkeypatch.setattr(chunked, "_runs", lambda *a, **k: tape_runs.append(real(*a, **k)) or tape_runs[-1])
