@@ -22,6 +22,7 @@ GROUP_B_MNIST = "B MLP step 784-128-10 (ReLU, cross-entropy, SGD, batch 64, floa
 GROUP_C = "C Rosenbrock gradient n={n:,}"
 GROUP_C_FORWARD = "C forward only n={n:,}"
 GROUP_C_BACKWARD = "C backward only n={n:,}"
+GROUP_C_THREADS = "C Rosenbrock gradient n=1,000,000 on 1 and 2 threads (tj/torch.set_num_threads)"
 GROUP_JAX_COMPILE = "JAX compile (trace + lower + XLA compile, not in the run times)"
 GROUP_STARTUP = "start-up: import + first gradient (warm cache)"
 GROUP_STARTUP_COLD = "start-up: import + first gradient (cold cache)"

@@ -216,6 +216,26 @@ def test_rosenbrock_grad(peer, benchmark, n):
     W.assert_rosen_grad_ok(g, x, f"{peer.name} Rosenbrock gradient (timed call), n={n}")
 
 
+@pytest.mark.parametrize("threads", (1, 2))
+@pytest.mark.parametrize("peer", ("tapejit", "torch"), indirect=True)
+def test_rosenbrock_grad_threads(peer, benchmark, threads):
+    """n = 10^6 with each library's intra-op threads set to 1 and to 2.  Every other
+    group runs one thread; NumPy's gradient has one by nature (group C above)."""
+    n = 1_000_000
+    x = W.rosen_point(n)
+    grad, arg = W.rosen_grad_fn(peer, x)
+    before = peer.tl.get_num_threads()
+    peer.tl.set_num_threads(threads)
+    try:
+        W.assert_rosen_grad_ok(grad(arg), x, f"{peer.name} Rosenbrock gradient, {threads} threads")
+        benchmark.group = T.GROUP_C_THREADS
+        benchmark.extra_info["threads"] = threads
+        g = benchmark.pedantic(grad, args=(arg,), rounds=15, warmup_rounds=1, iterations=1)
+        W.assert_rosen_grad_ok(g, x, f"{peer.name} Rosenbrock gradient (timed call), {threads} threads")
+    finally:
+        peer.tl.set_num_threads(before)
+
+
 def _check_rosen_value(value, x, what):
     np.testing.assert_allclose(float(value), W.rosen_value(x), rtol=1e-12, err_msg=what)
 

@@ -29,6 +29,7 @@ shifted offsets look up ``flags[slot + start]``, positions inside the slot that 
 else uses: they are set from ``flags[slot]`` before the run and cleared after it, so
 every chunk sees the flags chunk 0 sees.
 """
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,6 +47,9 @@ _kinds = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
+if hasattr(os, "register_at_fork"):
+    # a forked child has none of the parent's worker threads: it makes its own pool
+    os.register_at_fork(after_in_child=lambda: _pool.__setitem__(slice(None), [None, 0]))
 
 
 def _kind_table():
@@ -88,13 +92,13 @@ def _runs(rec, lo, hi, backward):
     for i in range(len(rows)):
         if is_load[i] and start is not None:
             continue
-        fits = ok[i] and (start is None or size[i] == length)
-        if fits:
+        if ok[i]:
             whole, aligned = _operands(rows[i], kind[i])
-            # A slot a chunk reads whole is neither computed in the run (a chunk would read
-            # other chunks' elements) nor also read chunk by chunk (a chunk's first
-            # gradient would overwrite what another chunk added to the whole slot).
-            fits = start is None or not (whole & made or whole & by_chunk or aligned & read_whole)
+        # A slot a chunk reads whole is neither computed in the run (a chunk would read
+        # other chunks' elements) nor also read chunk by chunk (a chunk's first gradient
+        # would overwrite what another chunk added to the whole slot).
+        fits = ok[i] and (start is None or (size[i] == length and not (
+            whole & made or whole & by_chunk or aligned & read_whole)))
         if not fits:
             if start is not None:
                 runs.append((lo + start, lo + i))

@@ -142,7 +142,7 @@ def _const_args(op):
 def _const_loads(op, ind):
     """Reads a unary op's static floats once, before its element loop.  Read inside the
     loop they are reloaded after every store to the arena (LLVM cannot tell the arrays
-    apart), which keeps it from vectorizing the loop or hoisting ``if c0 == 2.0``."""
+    apart), which keeps it from vectorizing the loop or hoisting a test on a constant."""
     return [f"{ind}k0 = floats[q]", f"{ind}k1 = floats[q + 1]"][:op.nconst]
 
 

@@ -80,6 +80,10 @@ def test_slot_read_whole_and_by_chunk_splits_the_run(backward, monkeypatch):
                     _row("neg", 300, 200, -1, n),
                     _row("reshape", 400, 300, ~0, n, n)], np.int64)
     assert chunked._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
+    # a record of another length starts a run of its own, with its own operands
+    lengths = np.array([_row("exp", 100, 0, -1, n), _row("exp", 200, 1000, -1, 2 * n),
+                        _row("reshape", 300, 1000, ~0, 2 * n, 2 * n)], np.int64)
+    assert chunked._runs(lengths, 0, 3, backward) == [(0, 1), (1, 2), (2, 3)]
     monkeypatch.setattr(chunked, "THREADS", 2)     # then copies stay out of backward runs
     assert chunked._runs(rec, 0, len(rec), backward) == ([(1, 3)] if backward else [(0, 1), (1, 3), (3, 4)])
 
@@ -157,3 +161,26 @@ def test_rosenbrock_at_full_size():
     np.testing.assert_allclose(loss.item(), rosen(x0), rtol=1e-12)
     ref = rosen_der(x0)
     np.testing.assert_allclose(x.grad.numpy(), ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+
+
+def _gradient_in_child(queue):
+    x = tj.tensor(np.linspace(-1, 1, 30), requires_grad=True)
+    (tj.sin(x) * x).sum().backward()
+    queue.put(x.grad.numpy().tolist())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_child_makes_its_own_threads(tiny_chunks):
+    """After a run has started worker threads, a forked child (which has none) still
+    completes chunked runs."""
+    import multiprocessing
+    x = tj.tensor(np.linspace(-1, 1, 30), requires_grad=True)
+    (tj.sin(x) * x).sum().backward()            # the parent's pool exists now
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_gradient_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-15)
