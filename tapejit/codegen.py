@@ -184,32 +184,24 @@ def _backward_case(op, ind):
     if op.kind == "binary":
         rx = inline(op.grad_x, ["x", "y", "z", "gz"], "da", f"_{op.name}_dx_")
         ry = inline(op.grad_y, ["x", "y", "z", "gz"], "db", f"_{op.name}_dy_")
-
-        def loop(ia, ib):
-            # x, y, z, gz are read whether or not a rule uses them: LLVM drops unused loads.
-            return ([f"{ind}    for i in range(p):",
-                     f"{ind}        x = v[at({ia})]",
-                     f"{ind}        y = v[at({ib})]",
-                     f"{ind}        z = v[at(out + i)]",
-                     f"{ind}        gz = g[at(out + i)]",
-                     f"{ind}        if ma != 0:"] + _body(rx, ind + "            ") + [
-                     f"{ind}            acc(g, {ia}, da, ma)",
-                     f"{ind}        if mb != 0:"] + _body(ry, ind + "            ") + [
-                     f"{ind}            acc(g, {ib}, db, mb)"])
-        # Same shapes get a loop of their own: with a stride of 0 possible, LLVM cannot
-        # vectorize the general one.
-        return ([f"{ind}if q == 0:"] + loop("a + i", "b + i")
-                + [f"{ind}else:",
-                   f"{ind}    sa = 1 - (q & 1)",
-                   f"{ind}    sb = 1 - ((q >> 1) & 1)",
-                   # A stride-0 operand receives a sum: zero it once, then only add.
-                   f"{ind}    if sa == 0 and ma == 1:",
-                   f"{ind}        g[a] = 0.0",
-                   f"{ind}        ma = 2",
-                   f"{ind}    if sb == 0 and mb == 1:",
-                   f"{ind}        g[b] = 0.0",
-                   f"{ind}        mb = 2"]
-                + loop("a + i * sa", "b + i * sb"))
+        return [f"{ind}sa = 1 - (q & 1)",
+                f"{ind}sb = 1 - ((q >> 1) & 1)",
+                # A stride-0 operand receives a sum: zero it once, then only add.
+                f"{ind}if sa == 0 and ma == 1:",
+                f"{ind}    g[a] = 0.0",
+                f"{ind}    ma = 2",
+                f"{ind}if sb == 0 and mb == 1:",
+                f"{ind}    g[b] = 0.0",
+                f"{ind}    mb = 2",
+                f"{ind}for i in range(p):",
+                f"{ind}    x = v[at(a + i * sa)]",
+                f"{ind}    y = v[at(b + i * sb)]",
+                f"{ind}    z = v[at(out + i)]",
+                f"{ind}    gz = g[at(out + i)]",
+                f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
+                f"{ind}        acc(g, a + i * sa, da, ma)",
+                f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
+                f"{ind}        acc(g, b + i * sb, db, mb)"]
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]
