@@ -13,6 +13,7 @@ differs, which changes its text and so invalidates Numba's cache.
 import importlib
 import importlib.util
 import os
+import py_compile
 import sys
 import tempfile
 from pathlib import Path
@@ -333,6 +334,24 @@ def write_generated(path, mask):
     os.replace(tmp, path)
 
 
+def _write_bytecode(path):
+    """Compile the generated module to its cached bytecode if Python will not: with
+    ``PYTHONDONTWRITEBYTECODE`` set (common in containers) every start would otherwise
+    compile the module's thousand lines again (about 20 ms)."""
+    if not sys.dont_write_bytecode:
+        return                  # the import below writes it
+    cached = importlib.util.cache_from_source(str(path))
+    try:
+        if os.stat(cached).st_mtime >= os.stat(path).st_mtime:
+            return
+    except OSError:
+        pass
+    try:
+        py_compile.compile(str(path), cfile=cached, doraise=True, quiet=2)
+    except (OSError, py_compile.PyCompileError):
+        pass                    # a read-only cache: the import compiles in memory, as before
+
+
 def _user_dir():
     base = os.environ.get("TAPEJIT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tapejit")
@@ -371,6 +390,7 @@ def load_sweeps(mask):
     path = _writable_dir() / f"{name}.py"
     if _current_hash_in(path) != digest:
         write_generated(path, mask)
+    _write_bytecode(path)
     spec = importlib.util.spec_from_file_location(f"tapejit._sweeps.{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
