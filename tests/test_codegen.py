@@ -121,3 +121,18 @@ def test_edited_kernel_is_recompiled(tmp_path):
     assert edited != text
     unary_file.write_text(edited)
     assert run() == pytest.approx(3.0 * first)
+
+
+def test_bytecode_is_written_when_python_would_not(tmp_path, monkeypatch):
+    """Under ``PYTHONDONTWRITEBYTECODE`` the generated module still gets its ``.pyc``, so a
+    start does not compile its source again; importing it compiles nothing in Numba."""
+    import importlib.util
+    import sys
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(codegen, "_modules", {})
+    mask = codegen.group_mask(["arith"])
+    module = codegen.load_sweeps(mask)
+    cached = Path(importlib.util.cache_from_source(module.__file__))
+    assert Path(module.__file__).parent == tmp_path and cached.exists()
+    assert cached.stat().st_mtime >= Path(module.__file__).stat().st_mtime
