@@ -391,7 +391,7 @@ def _accumulate(t, g):
     with _grad_lock:
         current = getattr(t, "_grad", None)
         if current is None:
-            t._grad = _concrete(np.array(g, copy=True))
+            t._grad = _concrete(g.copy())
         elif current._tape is None:
             current._data += g
         else:

@@ -157,14 +157,17 @@ class Tape:
 
     def load(self, t, dt):
         """Arena offset of tensor ``t`` as dtype ``dt`` on this tape, copying it in if needed."""
-        key = id(t)
+        d = dt.arena
+        key = (id(t), d)
         version = getattr(t, "_version", 0)
+        rg = t._rg
         # A leaf that requires grad is loaded once per tape (one slot, one adjoint).  A
         # constant is copied at every use: its array may be shared with NumPy
         # (``from_numpy``) and changed there, and each op must see the value it had then.
-        hit = self.loaded.get((key, dt.arena)) if t._rg else None
-        if hit is not None and hit[1] == version and hit[2] is t:
-            return hit[0]
+        if rg:
+            hit = self.loaded.get(key)
+            if hit is not None and hit[1] == version and hit[2] is t:
+                return hit[0]
         src_tape = t._tape
         if src_tape is None:
             value = t._data
@@ -175,16 +178,18 @@ class Tape:
                     "detach() it (or pass the leaf tensors instead): each thread records its own graph")
             src_tape.flush()
             value = src_tape.value(t)
-        d = dt.arena
         index = len(self.sources)
         off = self.load_value(value, dt, t)
-        needs_grad = t._rg and state.grad and dt is t._dtype
-        if needs_grad:
-            self.grad_loads.append((index, d, off))
         entry = (off, version, t)
-        if t._rg and state.grad:
-            self.loaded[(key, d)] = entry
-        self.loads_of.setdefault((key, d), []).append(entry)
+        if rg and state.grad:
+            if dt is t._dtype:
+                self.grad_loads.append((index, d, off))
+            self.loaded[key] = entry
+        loads = self.loads_of.get(key)
+        if loads is None:
+            self.loads_of[key] = [entry]
+        else:
+            loads.append(entry)
         return off
 
     def load_value(self, value, dt, source):
