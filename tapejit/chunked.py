@@ -162,8 +162,11 @@ def _shifted(rec, start, end, n, backward):
 
 
 def forward(tape, sw, lo, hi, d):
-    """The forward sweep over ``rec[lo:hi]`` with large elementwise runs chunked."""
+    """The forward sweep over ``rec[lo:hi]`` (arena ``d``) with large elementwise runs chunked."""
     rec, v, ints, floats = tape.rec, tape.vals[d], tape.ints, tape.floats[d]
+    if not worth_it(tape):
+        sw.forward(rec, lo, hi, v, ints, floats)
+        return
     at = lo
     for start, end in _runs(rec, lo, hi, backward=False):
         if start > at:
@@ -180,6 +183,8 @@ def backward(tape, sw, lo, hi, d, retain):
     chunked; returns -1 or the index of a record that cannot run, as the sweep does."""
     rec, v, g, flags = tape.rec, tape.vals[d], tape.adj[d], tape.flags[d]
     freed, ints, floats = tape.freed, tape.ints, tape.floats[d]
+    if not worth_it(tape):
+        return sw.backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain)
     top = hi
     for start, end in reversed(_runs(rec, lo, hi, backward=True)):
         if end < top:

@@ -124,11 +124,7 @@ def _backward_scalar(root, leaves=None):
         flags[off] = 1
     sw = sweeps(tape.groups)
     try:
-        if chunked.worth_it(tape):
-            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
-        else:
-            _check(tape, sw.backward(tape.rec, 0, tape.nrec, tape.vals[d], adj, flags, tape.freed,
-                                     tape.ints, tape.floats[d], False))
+        _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
     except BaseException:
         flags[:] = 0
         raise

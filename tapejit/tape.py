@@ -288,18 +288,11 @@ class Tape:
 
     def _run_forward(self, lo, hi):
         sw = sweeps(self.groups)
-        if not (self.cursor[0] and self.cursor[1]):   # one dtype, so no casts: one segment
-            d = 0 if self.cursor[0] else 1
-            if chunked.worth_it(self):
-                chunked.forward(self, sw, lo, hi, d)
-            else:
-                sw.forward(self.rec, lo, hi, self.vals[d], self.ints, self.floats[d])
-            return
         for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":
                 self._cast_forward(start)
             else:
-                sw.forward(self.rec, start, end, self.vals[kind], self.ints, self.floats[kind])
+                chunked.forward(self, sw, start, end, kind)
 
     def _cast_forward(self, r):
         code, out, a, _, n, _ = self.rec[r]

@@ -294,15 +294,19 @@ def test_backward_with_a_gradient_argument():
         np.testing.assert_allclose(w.grad.numpy(), [k * k, 0.0, 2 * k * k])
 
 
-def test_returning_grad_of_a_leaf():
-    w = tj.tensor([1.0, 2.0], requires_grad=True)
-
+def _grad_step(w):
+    """A compiled step that clears ``w.grad``, backpropagates ``(w * x).sum()`` and returns it."""
     @tj.compile
     def step(x):
         w.grad = None
         (w * x).sum().backward()
         return w.grad
+    return step
 
+
+def test_returning_grad_of_a_leaf():
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+    step = _grad_step(w)
     for k in (1.0, 3.0):
         np.testing.assert_allclose(step(tj.full((2,), k)).numpy(), [k, k])
 
@@ -860,13 +864,7 @@ def test_a_hook_on_a_parameter_runs_at_the_trace_and_at_replays():
     w = tj.ones(2, dtype=tj.float64, requires_grad=True)
     calls = []
     w.register_hook(lambda g: calls.append(g.numpy().copy()) or g * 2)
-
-    @tj.compile
-    def step(x):
-        w.grad = None
-        (w * x).sum().backward()
-        return w.grad
-
+    step = _grad_step(w)
     for k in (1.0, 3.0):
         np.testing.assert_allclose(step(tj.full((2,), k, dtype=tj.float64)).numpy(), [2 * k, 2 * k])
     assert len(calls) == 2
