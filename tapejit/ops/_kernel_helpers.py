@@ -25,6 +25,19 @@ def at(i):
 
 @helper
 def acc(g, i, value, mode):
+    """Adds ``value`` to ``g[i]`` (mode 2) or writes it there (mode 1).  The element is read
+    either way, so inside a loop this is a select, not a branch: LLVM vectorizes it even in
+    a sweep too large for it to unswitch the loop on ``mode`` (a unary backward record on
+    10^6 elements: 0.43 -> 0.26 ms)."""
+    k = np.uint64(i)
+    old = g[k]
+    g[k] = old + value if mode == 2 else value
+
+
+@helper
+def acc_strided(g, i, value, mode):
+    """``acc`` as a branch, for binary backward loops, whose index ``a + i * sa`` has a
+    stride of 0 or 1 known only at run time: there the select form measured 1.8x slower."""
     k = np.uint64(i)
     if mode == 1:
         g[k] = value
