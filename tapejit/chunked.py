@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tapejit import registry
+from tapejit._inline import reads
 from tapejit.threads import default_threads
 
 #: records shorter than this run whole: below it a parallel launch costs more than it saves
@@ -45,6 +46,8 @@ CHUNK = 8192
 
 _NONE, _UNARY, _BINARY, _COPY = 0, 1, 2, 3
 _kinds = None
+#: opcode -> values its backward rule reads: 1 operand a, 2 operand b, 4 its output
+_saved = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
@@ -55,10 +58,11 @@ if hasattr(os, "register_at_fork"):
 
 def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
-    global _kinds
+    global _kinds, _saved
     if _kinds is None or len(_kinds) != len(registry.OPS):
         from tapejit.ops.movement import copy_range_forward
         kinds = np.zeros(len(registry.OPS), np.int8)
+        saved = np.zeros(len(registry.OPS), np.int8)
         for op in registry.OPS:
             if op.kind == "unary":
                 kinds[op.opcode] = _UNARY
@@ -66,7 +70,15 @@ def _kind_table():
                 kinds[op.opcode] = _BINARY
             elif op.forward is copy_range_forward:
                 kinds[op.opcode] = _COPY
-        _kinds = kinds
+            # From the rules themselves, not ``op.saved``: that is PyTorch's list for the
+            # in-place checks, and a rule may read more (pow reads its output).
+            if op.kind == "unary":
+                used = reads(op.grad)
+                saved[op.opcode] = (0 in used) + 4 * (1 in used)
+            elif op.kind == "binary":
+                used = reads(op.grad_x) | reads(op.grad_y)
+                saved[op.opcode] = (0 in used) + 2 * (1 in used) + 4 * (2 in used)
+        _kinds, _saved = kinds, saved
     return _kinds
 
 
@@ -163,70 +175,147 @@ def _shifted(rec, start, end, n, backward):
 
 def forward(tape, sw, lo, hi, d):
     """The forward sweep over ``rec[lo:hi]`` (arena ``d``) with large elementwise runs chunked."""
-    rec, v, ints, floats = tape.rec, tape.vals[d], tape.ints, tape.floats[d]
+    rec, ints, floats = tape.rec, tape.ints, tape.floats[d]
     if not worth_it(tape):
-        sw.forward(rec, lo, hi, v, ints, floats)
+        sw.forward(rec, lo, hi, tape.vals[d], ints, floats)
         return
     at = lo
     for start, end in _runs(rec, lo, hi, backward=False):
         if start > at:
-            sw.forward(rec, at, start, v, ints, floats)
+            sw.forward(rec, at, start, tape.vals[d], ints, floats)
         chunks, _ = _shifted(rec, start, end, int(rec[start, 4]), False)
-        _shared_out(sw.forward_chunks, chunks, v, ints, floats)
+        cached = [] if tape.tracing else _cache_only(tape, start, end, d, None)
+        if cached:
+            _to_scratch(tape, d, chunks, rec[start:end], cached)
+            tape.note_unkept(start, end, d, cached)
+        _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
         at = end
     if hi > at:
-        sw.forward(rec, at, hi, v, ints, floats)
+        sw.forward(rec, at, hi, tape.vals[d], ints, floats)
 
 
 def backward(tape, sw, lo, hi, d, retain):
     """The backward sweep over ``rec[lo:hi]`` (newest first) with large elementwise runs
     chunked; returns -1 or the index of a record that cannot run, as the sweep does."""
-    rec, v, g, flags = tape.rec, tape.vals[d], tape.adj[d], tape.flags[d]
-    freed, ints, floats = tape.freed, tape.ints, tape.floats[d]
+    rec, freed, ints, floats = tape.rec, tape.freed, tape.ints, tape.floats[d]
+
+    def whole(first, last):
+        return sw.backward(rec, first, last, tape.vals[d], tape.adj[d], tape.flags[d], freed, ints,
+                           floats, retain)
+
     if not worth_it(tape):
-        return sw.backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain)
+        return whole(lo, hi)
     top = hi
     for start, end in reversed(_runs(rec, lo, hi, backward=True)):
         if end < top:
-            r = sw.backward(rec, end, top, v, g, flags, freed, ints, floats, retain)
+            r = whole(end, top)
             if r >= 0:
                 return r
-        r = _backward_run(sw, rec, start, end, v, g, flags, freed, ints, floats, retain)
+        r = _backward_run(tape, sw, start, end, d, retain)
         if r >= 0:
             return r
         top = start
     if top > lo:
-        return sw.backward(rec, lo, top, v, g, flags, freed, ints, floats, retain)
+        return whole(lo, top)
     return -1
 
 
-def _backward_run(sw, rec, start, end, v, g, flags, freed, ints, floats, retain):
+def _backward_run(tape, sw, start, end, d, retain):
+    rec = tape.rec
     chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
     rows = rec[start:end]
+    cached = _cache_only(tape, start, end, d, tape.flags[d])
+    if cached:
+        scratch = _to_scratch(tape, d, chunks, rows, cached)
+        tape.flags[d][scratch] = 0   # each slot's producer clears it again, chunk by chunk
+    v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
     kind = _kind_table()[rows[:, 0] >> 1]
     slots = set()
     for row, k in zip(rows, kind):
         if k != _NONE:
             slots.add(int(row[1]))
             slots |= _operands(row, k)[1]
-    slots = np.array(sorted(slots), np.int64)
+    slots = np.array(sorted(slots.difference(cached)), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
     flags[mirrors] = np.tile(flags[slots], len(firsts) - 1)
     freeds = np.repeat(freed[None, start:end], len(firsts), axis=0)
     status = np.empty(len(firsts), np.int64)
-    _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, ints, floats, retain, status)
+    _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status)
     flags[mirrors] = 0
     freed[start:end] = freeds[0]
     r = int(status[0])
     return r + start if r >= 0 else -1
 
 
+def _cache_only(tape, start, end, d, flags):
+    """Slots made by the run ``rec[start:end]`` whose values (forward) or gradients
+    (backward, given its ``flags``) need not reach memory: no record outside the run reads
+    them and no backward rule reads their value.  Each chunk then computes them in a
+    scratch area its thread reuses, which stays in cache: a 10^6-element Rosenbrock
+    gradient otherwise writes and rereads some 20 arrays of 8 MB, and memory bandwidth,
+    not arithmetic, sets its time.  A value kept only in cache is computed again if it is
+    read later (``Tape.keep_values``)."""
+    rec = tape.rec
+    rows = rec[start:end]
+    ops = rows[:, 0] >> 1
+    kind = _kind_table()[ops]
+    made = set(rows[kind != _NONE, 1].tolist())
+    saved = _saved[ops]
+    needed = set(_decoded(rows[(saved & 1) != 0, 2]).tolist())
+    needed.update(_decoded(rows[(saved & 2) != 0, 3]).tolist())
+    needed.update(rows[(saved & 4) != 0, 1].tolist())
+    later = rec[end:tape.n]
+    needed.update(_decoded(later[:, 2]).tolist())
+    needed.update(_decoded(later[:, 3]).tolist())
+    needed.update(_listed(later, tape.ints))
+    cached = made - needed
+    if flags is not None:   # a gradient already present (the seed) lives in its slot
+        cached = {s for s in cached if not flags[s]}
+    return sorted(cached)
+
+
+def _decoded(column):
+    return np.where(column >= 0, column, ~column)
+
+
+def _listed(rows, ints):
+    """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
+    from tapejit.replay._graph import listed_operands
+    return listed_operands(rows, ints)[1].tolist() if len(rows) else []
+
+
+def _to_scratch(tape, d, chunks, rows, cached):
+    """Point every chunk's references to the slots ``cached`` at its thread's scratch area,
+    past the arena's last slot: slot ``j`` of share ``s`` at ``(s * len(cached) + j) * CHUNK``
+    from the area's start."""
+    kind = _kind_table()[rows[:, 0] >> 1]
+    bounds = _bounds(len(chunks))
+    base = tape.cursor[d]
+    size = (len(bounds) - 1) * len(cached) * CHUNK
+    tape.reserve(d, base + size)
+    share = np.searchsorted(bounds, np.arange(len(chunks)), side="right") - 1
+    index = {slot: j for j, slot in enumerate(cached)}
+    for field, where in ((1, kind != _NONE), (2, (kind == _UNARY) | (kind == _BINARY)), (3, kind == _BINARY)):
+        for r in np.flatnonzero(where).tolist():
+            enc = int(rows[r, field])
+            j = index.get(enc if enc >= 0 else ~enc)
+            if j is not None:
+                off = base + (share * len(cached) + j) * CHUNK
+                chunks[:, r, field] = off if enc >= 0 else ~off
+    return slice(base, base + size)
+
+
+def _bounds(k):
+    """How ``_shared_out`` splits ``k`` chunks: share ``s`` is chunks ``bounds[s]:bounds[s + 1]``."""
+    shares = min(THREADS, k)
+    return [k * i // shares for i in range(shares + 1)]
+
+
 def _shared_out(sweep, chunks, *args):
     """``sweep(chunks, first, last, *args)`` over every chunk: one contiguous share per
     thread, the calling thread taking the first."""
-    k = len(chunks)
-    shares = min(THREADS, k)
-    bounds = [k * i // shares for i in range(shares + 1)]
+    bounds = _bounds(len(chunks))
+    shares = len(bounds) - 1
     if _pool[1] < shares - 1:
         _pool[:] = [ThreadPoolExecutor(shares - 1, thread_name_prefix="tapejit-chunks"), shares - 1]
     others = [_pool[0].submit(sweep, chunks, bounds[i], bounds[i + 1], *args) for i in range(1, shares)]

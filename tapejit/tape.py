@@ -73,7 +73,7 @@ class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "tracing", "__weakref__")
+                 "tracing", "unkept", "__weakref__")
 
     def __init__(self):
         self.use_records(np.zeros((256, 6), np.int64))
@@ -107,6 +107,7 @@ class Tape:
         self._producers = None
         self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
+        self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
         _serial[0] += 1
         self.serial = _serial[0]
         if getattr(self, "thread", None) is None:   # a reused tape stays in its thread's pool
@@ -249,9 +250,45 @@ class Tape:
                 flags[:len(old)] = old
                 self.flags[d] = flags
 
+    def reserve(self, d, need):
+        """Room for ``need`` elements in arena ``d``, its adjoints and flags included, keeping
+        what they hold (a chunked run's scratch area, past the last slot)."""
+        self._ensure_arena(d, need)
+        size = len(self.vals[d])
+        if 0 < len(self.adj[d]) < size:
+            for arrays in (self.adj, self.flags):
+                old = arrays[d]
+                arrays[d] = np.zeros(size, old.dtype)
+                arrays[d][:len(old)] = old
+
+    def note_unkept(self, start, end, d, slots):
+        """The chunked run ``rec[start:end]`` left the values of ``slots`` in cache only."""
+        if self.unkept is None:
+            self.unkept = ([], set())
+        self.unkept[0].append((start, end, d))
+        self.unkept[1].update((d, s) for s in slots)
+
+    def keep_values(self):
+        """Compute again, into their slots, the values chunked runs kept in cache only: a
+        tensor's value is about to be read, or a new record reads one."""
+        runs, _ = self.unkept
+        self.unkept = None
+        sw = sweeps(self.groups)
+        for start, end, d in runs:
+            sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d])
+
+    def _reads_unkept(self, lo, hi):
+        rows = self.rec[lo:hi]
+        read = set(np.where(rows[:, 2:4] >= 0, rows[:, 2:4], ~rows[:, 2:4]).ravel().tolist())
+        from tapejit.replay._graph import listed_operands
+        read.update(listed_operands(rows, self.ints)[1].tolist())
+        return any((d, s) in self.unkept[1] for s in read for d in (0, 1))
+
     def value(self, t):
         """The (flushed) value of taped tensor ``t`` as a view into the arena."""
         d = t._dtype.arena
+        if self.unkept is not None and (d, t._off) in self.unkept[1]:
+            self.keep_values()
         return self.vals[d][t._off:t._off + t._numel].reshape(t._shape)
 
     # ---- flush: pending lists -> columns, then the compiled forward ----------------------
@@ -284,6 +321,8 @@ class Tape:
                 self._ensure_arena(d, cursor[d])
         self.nrec = hi
         self._producers = None
+        if self.unkept is not None and self._reads_unkept(lo, hi):
+            self.keep_values()
         self._run_forward(lo, hi)
 
     def _run_forward(self, lo, hi):
@@ -315,6 +354,8 @@ class Tape:
         """A printable table of every record: op, PyTorch node, operands, leading values."""
         from tapejit.summary import records_table
         self.flush()
+        if self.unkept is not None:
+            self.keep_values()
         return records_table(self, self.nrec - 1) if self.nrec else "(an empty tape)"
 
     def producer(self, arena, off):
