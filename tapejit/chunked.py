@@ -259,7 +259,10 @@ def _cache_only(tape, start, end, d, flags):
     rows = rec[start:end]
     ops = rows[:, 0] >> 1
     kind = _kind_table()[ops]
-    made = set(rows[kind != _NONE, 1].tolist())
+    # Only values the run itself reads: one nothing reads is a result the caller holds.
+    read = set(_decoded(rows[(kind == _UNARY) | (kind == _BINARY), 2]).tolist())
+    read.update(_decoded(rows[kind == _BINARY, 3]).tolist())
+    made = read.intersection(rows[kind != _NONE, 1].tolist())
     saved = _saved[ops]
     needed = set(_decoded(rows[(saved & 1) != 0, 2]).tolist())
     needed.update(_decoded(rows[(saved & 2) != 0, 3]).tolist())

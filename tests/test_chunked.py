@@ -163,6 +163,86 @@ def test_rosenbrock_at_full_size():
     np.testing.assert_allclose(x.grad.numpy(), ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
 
 
+# ---- values and gradients kept in cache only ---------------------------------------------
+
+def _rosen(x):
+    return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+def test_dead_intermediates_stay_in_cache(tiny_chunks):
+    """What no record outside the run reads and no backward rule needs is computed in each
+    thread's scratch area, not in its slot; the saved values (the squares' inputs) and the
+    run's result (the sum's operand) are written to their slots."""
+    x0 = np.linspace(-1.5, 1.5, 31)
+    x = tj.tensor(x0, requires_grad=True)
+    loss = _rosen(x)
+    loss.backward()
+    tape = loss._tape
+    runs, slots = tape.unkept
+    names = {int(r[1]): registry.OPS[int(r[0]) >> 1].name for r in tape.rec[:tape.nrec]}
+    assert sorted(names[s] for _, s in slots) == ["mul_scalar", "slice", "slice", "square", "square", "square"]
+    from scipy.optimize import rosen_der
+    np.testing.assert_allclose(x.grad.numpy(), rosen_der(x0), rtol=1e-13)
+
+
+def test_reading_a_value_kept_in_cache_computes_it(tiny_chunks):
+    x0 = np.linspace(-1.5, 1.5, 31)
+    x = tj.tensor(x0, requires_grad=True)
+    a = x[:-1] ** 2                  # read by the run only, saved by nothing: not written
+    loss = (100 * (x[1:] - a) ** 2 + (1 - x[:-1]) ** 2).sum()
+    loss.backward()
+    assert (0, a._off) in loss._tape.unkept[1]
+    np.testing.assert_array_equal(a.detach().numpy(), x0[:-1] ** 2)
+    assert loss._tape.unkept is None
+
+
+def test_a_new_op_on_a_value_kept_in_cache(tiny_chunks):
+    """A record added after the run reads the value from its slot: it is written first."""
+    x0 = np.linspace(-1.5, 1.5, 31)
+    x = tj.tensor(x0, requires_grad=True)
+    a = x[:-1] ** 2
+    (100 * (x[1:] - a) ** 2).sum().backward(retain_graph=True)
+    assert (0, a._off) in a._tape.unkept[1]
+    y = (a * 3.0).sum()
+    assert y.item() == pytest.approx(3 * (x0[:-1] ** 2).sum(), rel=1e-14)
+    y.backward()
+    t = x0[1:] - x0[:-1] ** 2
+    expected = np.zeros_like(x0)
+    expected[:-1] += -400 * t * x0[:-1] + 6 * x0[:-1]
+    expected[1:] += 200 * t
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_results_nothing_reads_are_written(tiny_chunks):
+    """A run's last value with no reader is the caller's result: it is written, not
+    computed again when read."""
+    x = tj.tensor(np.linspace(-1, 1, 30), requires_grad=True)
+    h = tj.sin(x) * 2.0 + 1.0
+    np.testing.assert_allclose(h.detach().numpy(), np.sin(np.linspace(-1, 1, 30)) * 2 + 1, rtol=1e-15)
+    unkept = h._tape.unkept
+    assert unkept is None or (0, h._off) not in unkept[1]
+
+
+def test_tape_table_shows_values_kept_in_cache(tiny_chunks):
+    x = tj.tensor(np.linspace(-1.5, 1.5, 31), requires_grad=True)
+    loss = _rosen(x)
+    loss.backward(retain_graph=True)
+    table = loss._tape.summary()
+    assert loss._tape.unkept is None
+    assert "square" in table and "nan" not in table.lower()
+
+
+def test_compiled_function_keeps_every_value(tiny_chunks):
+    """tj.compile's trace is replayed later: its first call keeps every value in memory."""
+    x0 = np.linspace(-1.5, 1.5, 31)
+    f = tj.compile(tj.value_and_grad(_rosen))
+    from scipy.optimize import rosen, rosen_der
+    for scale in (1.0, 0.5):
+        value, grad = f(x0 * scale)
+        assert float(value) == pytest.approx(rosen(x0 * scale), rel=1e-13)
+        np.testing.assert_allclose(np.asarray(grad), rosen_der(x0 * scale), rtol=1e-12)
+
+
 def _gradient_in_child(queue):
     x = tj.tensor(np.linspace(-1, 1, 30), requires_grad=True)
     (tj.sin(x) * x).sum().backward()
