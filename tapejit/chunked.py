@@ -60,16 +60,11 @@ def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
     global _kinds, _saved
     if _kinds is None or len(_kinds) != len(registry.OPS):
-        from tapejit.ops.movement import copy_range_forward
+        code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
         saved = np.zeros(len(registry.OPS), np.int8)
         for op in registry.OPS:
-            if op.kind == "unary":
-                kinds[op.opcode] = _UNARY
-            elif op.kind == "binary":
-                kinds[op.opcode] = _BINARY
-            elif op.forward is copy_range_forward:
-                kinds[op.opcode] = _COPY
+            kinds[op.opcode] = code[registry.elementwise_kind(op)]
             # From the rules themselves, not ``op.saved``: that is PyTorch's list for the
             # in-place checks, and a rule may read more (pow reads its output).
             if op.kind == "unary":

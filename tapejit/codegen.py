@@ -55,7 +55,8 @@ def forward_chunks(chunks, first, last, v, ints, floats):
 @sweep
 def backward_chunks(chunks, first, last, v, g, flags, freeds, ints, floats, retain, status):
     for c in range(first, last):
-        status[c] = backward(chunks[c], 0, chunks.shape[1], v, g, flags, freeds[c], ints, floats, retain)
+        status[c] = backward_elementwise(chunks[c], 0, chunks.shape[1], v, g, flags, freeds[c], ints,
+                                         floats, retain)
 '''
 
 
@@ -175,16 +176,6 @@ def _forward_case(op, ind):
     return [f"{ind}pass"]
 
 
-def _binary_grad_loop(rule, index, result, mode, ind):
-    """One operand's gradient loop for a same-shape binary record."""
-    return ([f"{ind}for i in range(p):",
-             f"{ind}    x = v[at(a + i)]",
-             f"{ind}    y = v[at(b + i)]",
-             f"{ind}    z = v[at(out + i)]",
-             f"{ind}    gz = g[at(out + i)]"]
-            + _body(rule, ind + "    ") + [f"{ind}    acc(g, {index}, {result}, {mode})"])
-
-
 def _backward_case(op, ind):
     if op.kind == "unary":
         pre = f"_{op.name}_d_"
@@ -195,34 +186,48 @@ def _backward_case(op, ind):
     if op.kind == "binary":
         rx = inline(op.grad_x, ["x", "y", "z", "gz"], "da", f"_{op.name}_dx_")
         ry = inline(op.grad_y, ["x", "y", "z", "gz"], "db", f"_{op.name}_dy_")
-        # Same shapes: one unit-stride loop per operand, which LLVM vectorizes (a loop that
-        # stores to both operands, or indexes with the run-time strides of a broadcast,
-        # stays scalar: 3-5x slower on data in cache).
-        return ([f"{ind}if q == 0:",
-                 f"{ind}    if ma != 0:"] + _binary_grad_loop(rx, "a + i", "da", "ma", ind + "        ") + [
-                 f"{ind}    if mb != 0:"] + _binary_grad_loop(ry, "b + i", "db", "mb", ind + "        ") + [
-                 f"{ind}else:",
-                 f"{ind}    sa = 1 - (q & 1)",
-                 f"{ind}    sb = 1 - ((q >> 1) & 1)",
-                 # A stride-0 operand receives a sum: zero it once, then only add.
-                 f"{ind}    if sa == 0 and ma == 1:",
-                 f"{ind}        g[a] = 0.0",
-                 f"{ind}        ma = 2",
-                 f"{ind}    if sb == 0 and mb == 1:",
-                 f"{ind}        g[b] = 0.0",
-                 f"{ind}        mb = 2",
-                 f"{ind}    for i in range(p):",
-                 f"{ind}        x = v[at(a + i * sa)]",
-                 f"{ind}        y = v[at(b + i * sb)]",
-                 f"{ind}        z = v[at(out + i)]",
-                 f"{ind}        gz = g[at(out + i)]",
-                 f"{ind}        if ma != 0:"] + _body(rx, ind + "            ") + [
-                 f"{ind}            acc_strided(g, a + i * sa, da, ma)",
-                 f"{ind}        if mb != 0:"] + _body(ry, ind + "            ") + [
-                 f"{ind}            acc_strided(g, b + i * sb, db, mb)"])
+        return [f"{ind}sa = 1 - (q & 1)",
+                f"{ind}sb = 1 - ((q >> 1) & 1)",
+                # A stride-0 operand receives a sum: zero it once, then only add.
+                f"{ind}if sa == 0 and ma == 1:",
+                f"{ind}    g[a] = 0.0",
+                f"{ind}    ma = 2",
+                f"{ind}if sb == 0 and mb == 1:",
+                f"{ind}    g[b] = 0.0",
+                f"{ind}    mb = 2",
+                f"{ind}for i in range(p):",
+                f"{ind}    x = v[at(a + i * sa)]",
+                f"{ind}    y = v[at(b + i * sb)]",
+                f"{ind}    z = v[at(out + i)]",
+                f"{ind}    gz = g[at(out + i)]",
+                f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
+                f"{ind}        acc_strided(g, a + i * sa, da, ma)",
+                f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
+                f"{ind}        acc_strided(g, b + i * sb, db, mb)"]
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]
+
+
+def _elementwise_backward_case(op, ind):
+    """``_backward_case`` for the records of a chunked backward run: there binary records
+    have equal shapes, and each operand gets a unit-stride loop of its own, which LLVM
+    vectorizes (the general loop, storing to both operands at run-time strides, stays
+    scalar: a same-shape product's backward took 15 us per 8,192 elements in cache, 6 us
+    this way).  Only chunked runs use it, so its compile time is paid on their first use."""
+    if op.kind != "binary":
+        return _backward_case(op, ind)
+    loops = []
+    for grad, index, result, mode in ((op.grad_x, "a + i", "da", "ma"), (op.grad_y, "b + i", "db", "mb")):
+        rule = inline(grad, ["x", "y", "z", "gz"], result, f"_{op.name}_d{result[1]}_")
+        loops += ([f"{ind}if {mode} != 0:",
+                   f"{ind}    for i in range(p):",
+                   f"{ind}        x = v[at(a + i)]",
+                   f"{ind}        y = v[at(b + i)]",
+                   f"{ind}        z = v[at(out + i)]",
+                   f"{ind}        gz = g[at(out + i)]"]
+                  + _body(rule, ind + "        ") + [f"{ind}        acc(g, {index}, {result}, {mode})"])
+    return loops
 
 
 def _dispatch(ops, case, ind):
@@ -272,44 +277,49 @@ def generate_source(ops=None, digest=None):
               "        p = rec[r, 4]",
               "        q = rec[r, 5]"]
     lines += _dispatch(ops, _forward_case, "        ")
-    lines += ["", "", "@sweep",
-              "def backward(rec, lo, hi, v, g, flags, freed, ints, floats, retain):",
-              '    """Walk records hi-1 .. lo; return -1, or the index of a record that cannot run."""',
-              "    c0 = floats[0] * 0.0",
-              "    c1 = c0",
-              "    for r in range(hi - 1, lo - 1, -1):",
-              "        out = rec[r, 1]",
-              "        if flags[out] == 0:",
-              "            continue",
-              "        op = rec[r, 0] >> 1",
-              "        if op == LOAD:",
-              "            continue",
-              "        if freed[r] == 2 or (freed[r] == 1 and SAVES[op] == 1):",
-              "            return r",
-              "        a = rec[r, 2]",
-              "        ma = 0",
-              "        if a >= 0:",
-              "            ma = 1 if flags[a] == 0 else 2",
-              "            flags[a] = 1",
-              "        else:",
-              "            a = ~a",
-              "        b = rec[r, 3]",
-              "        mb = 0",
-              "        if b >= 0:",
-              "            mb = 1 if flags[b] == 0 else 2",
-              "            flags[b] = 1",
-              "        else:",
-              "            b = ~b",
-              "        p = rec[r, 4]",
-              "        q = rec[r, 5]"]
-    lines += _dispatch(ops, _backward_case, "        ")
-    lines += ["        flags[out] = 0",
-              "        if not retain:",
-              "            freed[r] = 1",
-              "    return -1", ""]
+    lines += _backward_function("backward", ops, _backward_case)
+    lines += _backward_function("backward_elementwise", [op for op in ops if registry.elementwise_kind(op)],
+                                _elementwise_backward_case)
     lines.append(_CHUNKS)
     lines.append(_REPLAY)
     return "\n".join(lines)
+
+
+def _backward_function(name, ops, case):
+    return ["", "", "@sweep",
+            f"def {name}(rec, lo, hi, v, g, flags, freed, ints, floats, retain):",
+            '    """Walk records hi-1 .. lo; return -1, or the index of a record that cannot run."""',
+            "    c0 = floats[0] * 0.0",
+            "    c1 = c0",
+            "    for r in range(hi - 1, lo - 1, -1):",
+            "        out = rec[r, 1]",
+            "        if flags[out] == 0:",
+            "            continue",
+            "        op = rec[r, 0] >> 1",
+            "        if op == LOAD:",
+            "            continue",
+            "        if freed[r] == 2 or (freed[r] == 1 and SAVES[op] == 1):",
+            "            return r",
+            "        a = rec[r, 2]",
+            "        ma = 0",
+            "        if a >= 0:",
+            "            ma = 1 if flags[a] == 0 else 2",
+            "            flags[a] = 1",
+            "        else:",
+            "            a = ~a",
+            "        b = rec[r, 3]",
+            "        mb = 0",
+            "        if b >= 0:",
+            "            mb = 1 if flags[b] == 0 else 2",
+            "            flags[b] = 1",
+            "        else:",
+            "            b = ~b",
+            "        p = rec[r, 4]",
+            "        q = rec[r, 5]"] + _dispatch(ops, case, "        ") + [
+            "        flags[out] = 0",
+            "        if not retain:",
+            "            freed[r] = 1",
+            "    return -1", ""]
 
 
 def _current_hash_in(path):

@@ -114,6 +114,15 @@ def same_kernels(name, node, like, saves=None, samples=None):
     return _register(op)
 
 
+def elementwise_kind(op):
+    """"unary", "binary" or "copy" (a contiguous range of the source: slices, reshapes):
+    the ops whose records a chunked run may hold (``tapejit/chunked.py``); else None."""
+    if op.kind in ("unary", "binary"):
+        return op.kind
+    from tapejit.ops.movement import copy_range_forward
+    return "copy" if op.forward is copy_range_forward else None
+
+
 def source_files():
     """Every file whose text can change compiled code: the op modules (rules and kernels),
     their helpers, the generator and the Numba options."""
