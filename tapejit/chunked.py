@@ -48,6 +48,8 @@ _NONE, _UNARY, _BINARY, _COPY = 0, 1, 2, 3
 _kinds = None
 #: opcode -> values its backward rule reads: 1 operand a, 2 operand b, 4 its output
 _saved = None
+#: opcode -> 1 for ops with operands listed in ints (cat, stack, linear's bias)
+_lists = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
@@ -58,8 +60,9 @@ if hasattr(os, "register_at_fork"):
 
 def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
-    global _kinds, _saved
+    global _kinds, _saved, _lists
     if _kinds is None or len(_kinds) != len(registry.OPS):
+        _lists = np.array([op.listed is not None for op in registry.OPS])
         code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
         saved = np.zeros(len(registry.OPS), np.int8)
@@ -272,14 +275,26 @@ def _cache_only(tape, start, end, d, flags):
     return sorted(cached)
 
 
+def reads_unkept(tape, lo, hi):
+    """Whether records ``lo:hi`` read a value a run kept in cache only."""
+    rows = tape.rec[lo:hi]
+    _kind_table()
+    read = set(_decoded(rows[:, 2:4]).ravel().tolist())
+    read.update(_listed(rows, tape.ints))
+    unkept = tape.unkept[1]
+    return any((d, s) in unkept for s in read for d in (0, 1))
+
+
 def _decoded(column):
     return np.where(column >= 0, column, ~column)
 
 
 def _listed(rows, ints):
     """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
+    if not _lists[rows[:, 0] >> 1].any():
+        return []
     from tapejit.replay._graph import listed_operands
-    return listed_operands(rows, ints)[1].tolist() if len(rows) else []
+    return listed_operands(rows, ints)[1].tolist()
 
 
 def _to_scratch(tape, d, chunks, rows, cached):

@@ -277,13 +277,6 @@ class Tape:
         for start, end, d in runs:
             sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d])
 
-    def _reads_unkept(self, lo, hi):
-        rows = self.rec[lo:hi]
-        read = set(np.where(rows[:, 2:4] >= 0, rows[:, 2:4], ~rows[:, 2:4]).ravel().tolist())
-        from tapejit.replay._graph import listed_operands
-        read.update(listed_operands(rows, self.ints)[1].tolist())
-        return any((d, s) in self.unkept[1] for s in read for d in (0, 1))
-
     def value(self, t):
         """The (flushed) value of taped tensor ``t`` as a view into the arena."""
         d = t._dtype.arena
@@ -321,7 +314,7 @@ class Tape:
                 self._ensure_arena(d, cursor[d])
         self.nrec = hi
         self._producers = None
-        if self.unkept is not None and self._reads_unkept(lo, hi):
+        if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
             self.keep_values()
         self._run_forward(lo, hi)
 
