@@ -4,12 +4,22 @@ A tape over large arrays is mostly elementwise records of one length ``n`` (arit
 activations, the copies behind slices), each a pass over memory.  A *run* of such
 records is executed here as chunks of ``CHUNK`` elements: chunk ``c`` is a copy of the
 run's records with every operand shifted to elements ``c * CHUNK ...``, run by the
-ordinary compiled sweep (``forward_chunks``/``backward_chunks`` in the generated module
-loop over a range of chunks).  The chunks are shared out to ``THREADS`` threads; the
-sweeps release the GIL, so the threads run at once: on 2 cores a 10^6-element
-Rosenbrock forward pass took 5.3 ms against 8.1 ms on one.  A thread takes each chunk
-through the whole run while its 64 kB of intermediates are in cache; that alone (one
-thread) saved about 10%, as the intermediates are still written back to memory.
+compiled sweeps (``forward_chunks``/``backward_chunks`` in the generated module loop
+over a range of chunks; backward runs use ``backward_elementwise``, whose same-shape
+binary loops vectorize).  The chunks are shared out to ``THREADS`` threads; the sweeps
+release the GIL, so the threads run at once: on 2 cores a 10^6-element Rosenbrock
+forward pass took 5.3 ms against 8.1 ms on one.
+
+Values and gradients kept in cache.  A thread takes each chunk through the whole run,
+so what one record writes the next reads from cache.  Writing it to its slot as well is
+what costs: a 10^6-element Rosenbrock gradient wrote and read back some 20 arrays of
+8 MB, and memory bandwidth, not arithmetic, set its time.  So a slot made and read in
+the run, read by no record outside it and by no backward rule (``_cache_only``), is
+computed in a scratch area past the arena's last slot, one per thread, reused by every
+chunk: in the forward sweep its value, in the backward sweep its gradient.  A value
+kept in cache only is computed again, whole, if anything reads it later: a tensor's
+value, or a new record (``Tape.keep_values``).  A traced tape (``tj.compile``) keeps
+every value.
 
 What may join a run (the conditions keep chunks independent):
 
