@@ -41,6 +41,7 @@ else uses: they are set from ``flags[slot]`` before the run and cleared after it
 every chunk sees the flags chunk 0 sees.
 """
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -63,6 +64,9 @@ _lists = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
+_plans = {}         # see _planned
+_PLANS_KEPT = 16
+_plans_lock = threading.Lock()
 if hasattr(os, "register_at_fork"):
     # a forked child has none of the parent's worker threads: it makes its own pool
     os.register_at_fork(after_in_child=lambda: _pool.__setitem__(slice(None), [None, 0]))
@@ -188,18 +192,26 @@ def forward(tape, sw, lo, hi, d):
         sw.forward(rec, lo, hi, tape.vals[d], ints, floats)
         return
     at = lo
-    for start, end in _runs(rec, lo, hi, backward=False):
+    for start, end, chunks, cached, scratch in _planned(tape, lo, hi, d, False):
         if start > at:
             sw.forward(rec, at, start, tape.vals[d], ints, floats)
-        chunks, _ = _shifted(rec, start, end, int(rec[start, 4]), False)
-        cached = [] if tape.tracing else _cache_only(tape, start, end, d, None)
         if cached:
-            _to_scratch(tape, d, chunks, rec[start:end], cached)
+            tape.reserve(d, scratch.stop)
             tape.note_unkept(start, end, d, cached)
         _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
         at = end
     if hi > at:
         sw.forward(rec, at, hi, tape.vals[d], ints, floats)
+
+
+def _forward_plan(tape, lo, hi, d):
+    plan = []
+    for start, end in _runs(tape.rec, lo, hi, backward=False):
+        chunks, _ = _shifted(tape.rec, start, end, int(tape.rec[start, 4]), False)
+        cached = [] if tape.tracing else _cache_only(tape, start, end, None)
+        scratch = _to_scratch(tape, d, chunks, tape.rec[start:end], cached) if cached else None
+        plan.append((start, end, chunks, cached, scratch))
+    return plan
 
 
 def backward(tape, sw, lo, hi, d, retain):
@@ -214,12 +226,15 @@ def backward(tape, sw, lo, hi, d, retain):
     if not worth_it(tape):
         return whole(lo, hi)
     top = hi
-    for start, end in reversed(_runs(rec, lo, hi, backward=True)):
+    for run in _planned(tape, lo, hi, d, True):
+        start, end, _, cached, _, _, _ = run
         if end < top:
             r = whole(end, top)
             if r >= 0:
                 return r
-        r = _backward_run(tape, sw, start, end, d, retain)
+        if cached and tape.flags[d][cached].any():   # a gradient already there: see _cache_only
+            run = _backward_run_plan(tape, start, end, d, tape.flags[d])
+        r = _backward_run(tape, sw, run, d, retain)
         if r >= 0:
             return r
         top = start
@@ -228,15 +243,17 @@ def backward(tape, sw, lo, hi, d, retain):
     return -1
 
 
-def _backward_run(tape, sw, start, end, d, retain):
+def _backward_plan(tape, lo, hi, d):
+    return [_backward_run_plan(tape, start, end, d, None)
+            for start, end in reversed(_runs(tape.rec, lo, hi, backward=True))]
+
+
+def _backward_run_plan(tape, start, end, d, flags):
     rec = tape.rec
-    chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
     rows = rec[start:end]
-    cached = _cache_only(tape, start, end, d, tape.flags[d])
-    if cached:
-        scratch = _to_scratch(tape, d, chunks, rows, cached)
-        tape.flags[d][scratch] = 0   # each slot's producer clears it again, chunk by chunk
-    v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
+    chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
+    cached = _cache_only(tape, start, end, flags)
+    scratch = _to_scratch(tape, d, chunks, rows, cached) if cached else None
     kind = _kind_table()[rows[:, 0] >> 1]
     slots = set()
     for row, k in zip(rows, kind):
@@ -245,9 +262,19 @@ def _backward_run(tape, sw, start, end, d, retain):
             slots |= _operands(row, k)[1]
     slots = np.array(sorted(slots.difference(cached)), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
-    flags[mirrors] = np.tile(flags[slots], len(firsts) - 1)
-    freeds = np.repeat(freed[None, start:end], len(firsts), axis=0)
-    status = np.empty(len(firsts), np.int64)
+    return start, end, chunks, cached, scratch, slots, mirrors
+
+
+def _backward_run(tape, sw, run, d, retain):
+    start, end, chunks, cached, scratch, slots, mirrors = run
+    if cached:
+        tape.reserve(d, scratch.stop)
+        tape.flags[d][scratch] = 0   # each slot's producer clears it again, chunk by chunk
+    v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
+    k = len(chunks)
+    flags[mirrors] = np.tile(flags[slots], k - 1)
+    freeds = np.repeat(freed[None, start:end], k, axis=0)
+    status = np.empty(k, np.int64)
     _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status)
     flags[mirrors] = 0
     freed[start:end] = freeds[0]
@@ -255,7 +282,28 @@ def _backward_run(tape, sw, start, end, d, retain):
     return r + start if r >= 0 else -1
 
 
-def _cache_only(tape, start, end, d, flags):
+def _planned(tape, lo, hi, d, backward):
+    """The runs of ``rec[lo:hi]`` with their chunk records, for the forward or backward
+    sweep.  Working them out costs about a millisecond of NumPy calls, as much as the
+    sweeps over 10^5 elements, and a loop of steps records the same tape every time: so
+    plans are kept, keyed by everything they are made of."""
+    rec = tape.rec
+    _kind_table()
+    if _lists[rec[lo:tape.n, 0] >> 1].any():   # operands listed in ints: not in the key
+        return _backward_plan(tape, lo, hi, d) if backward else _forward_plan(tape, lo, hi, d)
+    key = (backward, rec[lo:tape.n].tobytes(), lo, hi, d, tape.cursor[d], tape.tracing, THREADS, CHUNK,
+           MIN_ELEMENTS)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _backward_plan(tape, lo, hi, d) if backward else _forward_plan(tape, lo, hi, d)
+        with _plans_lock:
+            while len(_plans) >= _PLANS_KEPT:
+                del _plans[next(iter(_plans))]
+            _plans[key] = plan
+    return plan
+
+
+def _cache_only(tape, start, end, flags):
     """Slots made by the run ``rec[start:end]`` whose values (forward) or gradients
     (backward, given its ``flags``) need not reach memory: no record outside the run reads
     them and no backward rule reads their value.  Each chunk then computes them in a
@@ -310,12 +358,11 @@ def _listed(rows, ints):
 def _to_scratch(tape, d, chunks, rows, cached):
     """Point every chunk's references to the slots ``cached`` at its thread's scratch area,
     past the arena's last slot: slot ``j`` of share ``s`` at ``(s * len(cached) + j) * CHUNK``
-    from the area's start."""
+    from the area's start.  Returns the area (``Tape.reserve`` makes room for it)."""
     kind = _kind_table()[rows[:, 0] >> 1]
     bounds = _bounds(len(chunks))
     base = tape.cursor[d]
     size = (len(bounds) - 1) * len(cached) * CHUNK
-    tape.reserve(d, base + size)
     share = np.searchsorted(bounds, np.arange(len(chunks)), side="right") - 1
     index = {slot: j for j, slot in enumerate(cached)}
     for field, where in ((1, kind != _NONE), (2, (kind == _UNARY) | (kind == _BINARY)), (3, kind == _BINARY)):
