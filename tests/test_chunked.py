@@ -243,6 +243,29 @@ def test_compiled_function_keeps_every_value(tiny_chunks):
         np.testing.assert_allclose(np.asarray(grad), rosen_der(x0 * scale), rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replay_runs_large_arrays_by_chunk_and_exactly(threads, monkeypatch):
+    """A compiled function over large arrays replays run by run (no single fused call),
+    with the values and gradients of the one fused call.  (To the last bit but for the
+    order of additions: on one thread a chunk's ``x[1:]`` adds into the next chunk's first
+    element before that chunk's ``x[:-1]`` does.)"""
+    x0 = np.linspace(-1.5, 1.5, 31)
+    plain = tj.compile(tj.value_and_grad(_rosen))
+    expected = [plain(x0 * s) for s in (1.0, 0.5, 0.5)]
+    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(chunked, "CHUNK", 3)
+    monkeypatch.setattr(chunked, "THREADS", threads)
+    runs = []
+    real = chunked._backward_run
+    monkeypatch.setattr(chunked, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
+    chunked_f = tj.compile(tj.value_and_grad(_rosen))
+    for (value, grad), scale in zip(expected, (1.0, 0.5, 0.5)):
+        got_value, got_grad = chunked_f(x0 * scale)
+        assert got_value == value
+        np.testing.assert_allclose(got_grad, grad, rtol=1e-15, atol=1e-15 * np.abs(grad).max())
+    assert runs, "the replays' backward sweeps went run by run"
+
+
 def test_a_repeated_step_reuses_its_plans(tiny_chunks, monkeypatch):
     """The runs and chunk records of a step recorded again are looked up, not worked out
     again; another tape layout gets plans of its own."""

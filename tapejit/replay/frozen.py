@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from tapejit import registry
+from tapejit import chunked, registry
 from tapejit.ops.core import CAST
 from tapejit.replay._graph import dependencies, listed_operands
 from tapejit.replay.trace import refuse
@@ -130,7 +130,9 @@ class Frozen:
         self.arena = 1 if tape.cursor[1] and not tape.cursor[0] else 0
         self.arg_loads = [(ld.arena, ld.off, ld.n, ld.arg) for ld in self.loads if ld.arg is not None]
         self.live_loads = [ld for ld in self.loads if ld.arg is None]
-        self._fast = self._fast_path()
+        # Large arrays replay run by run, as eager mode does (tapejit/chunked.py): chunk by
+        # chunk, on every thread, with the vectorized backward loops.
+        self._fast = None if chunked.worth_it(tape) else self._fast_path()
         self.sweeps = sweeps(tape.groups)
         d = self.arena
         if self._fast is not None:
@@ -250,8 +252,7 @@ class Frozen:
             if kind == "cast":
                 _cast_backward(tape, start, True)
             else:
-                self.check(sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
-                                       tape.flags[kind], tape.freed, tape.ints, tape.floats[kind], True))
+                self.check(chunked.backward(tape, sw, start, end, kind, True))
         for d in (0, 1):
             tape.flags[d][self.load_outs[d]] = 0
 
