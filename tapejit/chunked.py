@@ -99,6 +99,12 @@ def worth_it(tape):
     return tape.cursor[0] + tape.cursor[1] >= 2 * MIN_ELEMENTS
 
 
+def has_runs(tape):
+    """Whether the flushed records of ``tape`` hold a run (a large arena may be only
+    large parameters, with no large elementwise record)."""
+    return worth_it(tape) and bool(_runs(tape.rec, 0, tape.nrec, backward=False))
+
+
 def _runs(rec, lo, hi, backward):
     """``[(start, end)]``: maximal runs of chunkable records in ``rec[lo:hi]`` (loads may sit
     inside a run: neither sweep does anything for them)."""

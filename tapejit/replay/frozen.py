@@ -132,7 +132,7 @@ class Frozen:
         self.live_loads = [ld for ld in self.loads if ld.arg is None]
         # Large arrays replay run by run, as eager mode does (tapejit/chunked.py): chunk by
         # chunk, on every thread, with the vectorized backward loops.
-        self._fast = None if chunked.worth_it(tape) else self._fast_path()
+        self._fast = None if chunked.has_runs(tape) else self._fast_path()
         self.sweeps = sweeps(tape.groups)
         d = self.arena
         if self._fast is not None:
