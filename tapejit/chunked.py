@@ -15,8 +15,10 @@ so what one record writes the next reads from cache.  Writing it to its slot as 
 what costs: a 10^6-element Rosenbrock gradient wrote and read back some 20 arrays of
 8 MB, and memory bandwidth, not arithmetic, set its time.  So a slot made and read in
 the run, read by no record outside it and by no backward rule (``_cache_only``), is
-computed in a scratch area past the arena's last slot, one per thread, reused by every
-chunk: in the forward sweep its value, in the backward sweep its gradient.  A value
+computed in a scratch area, one per thread, reused by every chunk: the first elements
+of the slot itself, which nothing else uses (thread ``s`` at ``slot + s * CHUNK``); in
+the forward sweep its value, in the backward sweep its gradient (only gradients are
+written there, so a value the backward sweep reads is never overwritten).  A value
 kept in cache only is computed again, whole, if anything reads it later: a tensor's
 value, or a new record (``Tape.keep_values``).  A traced tape (``tj.compile``) keeps
 every value.
@@ -198,11 +200,10 @@ def forward(tape, sw, lo, hi, d):
         sw.forward(rec, lo, hi, tape.vals[d], ints, floats)
         return
     at = lo
-    for start, end, chunks, cached, scratch in _planned(tape, lo, hi, d, False):
+    for start, end, chunks, cached in _planned(tape, lo, hi, d, False):
         if start > at:
             sw.forward(rec, at, start, tape.vals[d], ints, floats)
         if cached:
-            tape.reserve(d, scratch.stop)
             tape.note_unkept(start, end, d, cached)
         _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
         at = end
@@ -215,8 +216,8 @@ def _forward_plan(tape, lo, hi, d):
     for start, end in _runs(tape.rec, lo, hi, backward=False):
         chunks, _ = _shifted(tape.rec, start, end, int(tape.rec[start, 4]), False)
         cached = [] if tape.tracing else _cache_only(tape, start, end, None)
-        scratch = _to_scratch(tape, d, chunks, tape.rec[start:end], cached) if cached else None
-        plan.append((start, end, chunks, cached, scratch))
+        _to_scratch(chunks, tape.rec[start:end], cached)
+        plan.append((start, end, chunks, cached))
     return plan
 
 
@@ -233,7 +234,7 @@ def backward(tape, sw, lo, hi, d, retain):
         return whole(lo, hi)
     top = hi
     for run in _planned(tape, lo, hi, d, True):
-        start, end, _, cached, _, _, _ = run
+        start, end, _, cached, _, _ = run
         if end < top:
             r = whole(end, top)
             if r >= 0:
@@ -259,7 +260,7 @@ def _backward_run_plan(tape, start, end, d, flags):
     rows = rec[start:end]
     chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
     cached = _cache_only(tape, start, end, flags)
-    scratch = _to_scratch(tape, d, chunks, rows, cached) if cached else None
+    _to_scratch(chunks, rows, cached)
     kind = _kind_table()[rows[:, 0] >> 1]
     slots = set()
     for row, k in zip(rows, kind):
@@ -268,15 +269,14 @@ def _backward_run_plan(tape, start, end, d, flags):
             slots |= _operands(row, k)[1]
     slots = np.array(sorted(slots.difference(cached)), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
-    return start, end, chunks, cached, scratch, slots, mirrors
+    return start, end, chunks, cached, slots, mirrors
 
 
 def _backward_run(tape, sw, run, d, retain):
-    start, end, chunks, cached, scratch, slots, mirrors = run
-    if cached:
-        tape.reserve(d, scratch.stop)
-        tape.flags[d][scratch] = 0   # each slot's producer clears it again, chunk by chunk
+    start, end, chunks, cached, slots, mirrors = run
     v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
+    for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
+        flags[slot:slot + CHUNK * min(THREADS, len(chunks))] = 0
     k = len(chunks)
     flags[mirrors] = np.tile(flags[slots], k - 1)
     freeds = np.repeat(freed[None, start:end], k, axis=0)
@@ -333,6 +333,8 @@ def _cache_only(tape, start, end, flags):
     needed.update(_decoded(later[:, 2]).tolist())
     needed.update(_decoded(later[:, 3]).tolist())
     needed.update(_listed(later, tape.ints))
+    if int(rows[0, 4]) < CHUNK * min(THREADS, -(-int(rows[0, 4]) // CHUNK)):
+        return []   # too short to hold every thread's scratch area
     cached = made - needed
     if flags is not None:   # a gradient already present (the seed) lives in its slot
         cached = {s for s in cached if not flags[s]}
@@ -361,24 +363,22 @@ def _listed(rows, ints):
     return listed_operands(rows, ints)[1].tolist()
 
 
-def _to_scratch(tape, d, chunks, rows, cached):
-    """Point every chunk's references to the slots ``cached`` at its thread's scratch area,
-    past the arena's last slot: slot ``j`` of share ``s`` at ``(s * len(cached) + j) * CHUNK``
-    from the area's start.  Returns the area (``Tape.reserve`` makes room for it)."""
+def _to_scratch(chunks, rows, cached):
+    """Point every chunk's references to the slots ``cached`` at its thread's scratch area:
+    the elements ``s * CHUNK ...`` of the slot itself for the thread of share ``s``."""
+    if not cached:
+        return
     kind = _kind_table()[rows[:, 0] >> 1]
     bounds = _bounds(len(chunks))
-    base = tape.cursor[d]
-    size = (len(bounds) - 1) * len(cached) * CHUNK
     share = np.searchsorted(bounds, np.arange(len(chunks)), side="right") - 1
-    index = {slot: j for j, slot in enumerate(cached)}
+    cached = set(cached)
     for field, where in ((1, kind != _NONE), (2, (kind == _UNARY) | (kind == _BINARY)), (3, kind == _BINARY)):
         for r in np.flatnonzero(where).tolist():
             enc = int(rows[r, field])
-            j = index.get(enc if enc >= 0 else ~enc)
-            if j is not None:
-                off = base + (share * len(cached) + j) * CHUNK
+            slot = enc if enc >= 0 else ~enc
+            if slot in cached:
+                off = slot + share * CHUNK
                 chunks[:, r, field] = off if enc >= 0 else ~off
-    return slice(base, base + size)
 
 
 def _bounds(k):

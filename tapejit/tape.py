@@ -250,17 +250,6 @@ class Tape:
                 flags[:len(old)] = old
                 self.flags[d] = flags
 
-    def reserve(self, d, need):
-        """Room for ``need`` elements in arena ``d``, its adjoints and flags included, keeping
-        what they hold (a chunked run's scratch area, past the last slot)."""
-        self._ensure_arena(d, need)
-        size = len(self.vals[d])
-        if 0 < len(self.adj[d]) < size:
-            for arrays in (self.adj, self.flags):
-                old = arrays[d]
-                arrays[d] = np.zeros(size, old.dtype)
-                arrays[d][:len(old)] = old
-
     def note_unkept(self, start, end, d, slots):
         """The chunked run ``rec[start:end]`` left the values of ``slots`` in cache only."""
         if self.unkept is None:
