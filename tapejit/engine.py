@@ -99,9 +99,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def _plain_scalar_root(root):
     """``loss.backward()`` in its most common form: a scalar on this thread's tape, one
-    float dtype, nothing for Python to do mid-sweep."""
+    float dtype, nothing for Python to do mid-sweep.  The tape may have been retired
+    already: reading ``loss.item()`` first retires a tape over large arrays."""
     tape = root._tape
-    return (tape is not None and tape is state.tape and root._rg and root._numel == 1
+    return (tape is not None and (tape is state.tape or tape.thread == threading.get_ident())
+            and root._rg and root._numel == 1
             and not (tape.hooks or tape.retained or tape.functions or state.anomaly)
             and not (tape.cursor[0] and tape.cursor[1]))
 
@@ -146,7 +148,8 @@ def _backward_scalar(root, leaves=None):
                 found[i] = g.reshape(src._shape).copy()
         else:
             _deliver_leaf(src, g.reshape(src._shape), None, None, True)
-    retire_current()
+    if tape is state.tape:
+        retire_current()
     if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
         more = _run(older, False, leaves, leaves is None)
         for i, g in enumerate(more):

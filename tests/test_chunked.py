@@ -266,6 +266,25 @@ def test_replay_runs_large_arrays_by_chunk_and_exactly(threads, monkeypatch):
     assert runs, "the replays' backward sweeps went run by run"
 
 
+def test_backward_after_reading_the_loss_still_goes_run_by_run(tiny_chunks, monkeypatch):
+    """``loss.item()`` retires a tape over large arrays (later ops start a new one); the
+    backward sweep through it is still the one that goes run by run."""
+    from tapejit import tape as tape_module
+    monkeypatch.setattr(tape_module, "_LARGE_ARENA", 8)
+    runs = []
+    real = chunked._backward_run
+    monkeypatch.setattr(chunked, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
+    x0 = np.linspace(-1.5, 1.5, 31)
+    x = tj.tensor(x0, requires_grad=True)
+    loss = _rosen(x)
+    from scipy.optimize import rosen, rosen_der
+    assert loss.item() == pytest.approx(rosen(x0), rel=1e-14)
+    assert loss._tape is not tape_module.state.tape, "reading the loss retired its tape"
+    loss.backward()
+    assert runs
+    np.testing.assert_allclose(x.grad.numpy(), rosen_der(x0), rtol=1e-13)
+
+
 def test_a_repeated_step_reuses_its_plans(tiny_chunks, monkeypatch):
     """The runs and chunk records of a step recorded again are looked up, not worked out
     again; another tape layout gets plans of its own."""
