@@ -165,7 +165,7 @@ def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction, source
 def _nll_every_row(log_probs, targets, ignore_index, reduction, source):
     """``_nll`` in a training step's usual case: (N, C) log-probabilities, no class weights,
     no ignored label.  One gather and a scaled sum, without the masks and coefficients the
-    general case builds (a 64 x 10 cross-entropy recorded in 58 us, 20 us this way)."""
+    general case builds (a 64 x 10 cross-entropy recorded in 58 us, 29 us this way)."""
     rows, classes = log_probs._shape
     tape = current()
     ints_at = tape.nints + len(tape.pints) + 2     # where _gather's positions go
