@@ -117,7 +117,9 @@ def _runs(rec, lo, hi, backward):
     ok = (kind != _NONE) & (size >= MIN_ELEMENTS)
     if backward:
         same_shape = (kind == _UNARY) | ((kind == _BINARY) & (rows[:, 5] == 0))
-        ok &= same_shape | ((kind == _COPY) & (THREADS == 1))
+        # A slice adds into its source shifted by its start: on several threads, only a
+        # start under a chunk keeps that to the chunk next door (see _backward_run).
+        ok &= same_shape | ((kind == _COPY) & ((THREADS == 1) | (~rows[:, 3] < CHUNK)))
     if not ok.any():
         return []
     runs = []
@@ -278,14 +280,39 @@ def _backward_run(tape, sw, run, d, retain):
     for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
         flags[slot:slot + CHUNK * min(THREADS, len(chunks))] = 0
     k = len(chunks)
+    apart = min(THREADS, k) > 1 and _slice_sources_ready(tape.rec[start:end], g, flags)
     flags[mirrors] = np.tile(flags[slots], k - 1)
     freeds = np.repeat(freed[None, start:end], k, axis=0)
     status = np.empty(k, np.int64)
-    _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status)
+    _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status,
+                apart=apart)
     flags[mirrors] = 0
     freed[start:end] = freeds[0]
     r = int(status[0])
     return r + start if r >= 0 else -1
+
+
+def _slice_sources_ready(rows, g, flags):
+    """Before a backward run on several threads: the gradient of each slice's source that
+    the run will reach is zeroed and flagged, so that every chunk adds into it (a chunk's
+    first write would overwrite its neighbour's additions).  Which slices the sweep will
+    reach follows from the flags, as the sweep itself decides.  Returns whether the run
+    has slices: their chunks must then run apart (``_shared_out``)."""
+    kind = _kind_table()[rows[:, 0] >> 1]
+    if not (kind == _COPY).any():
+        return False
+    reached = {int(o) for o in rows[:, 1] if flags[o]}
+    for row, k in zip(rows[::-1], kind[::-1]):
+        if k == _NONE or int(row[1]) not in reached:
+            continue
+        for field in (2, 3) if k == _BINARY else (2,):
+            if row[field] >= 0:
+                reached.add(int(row[field]))
+        if k == _COPY and row[2] >= 0 and not flags[row[2]]:
+            a, size = int(row[2]), int(row[5])
+            g[a:a + size] = 0.0
+            flags[a] = 1
+    return True
 
 
 def _planned(tape, lo, hi, d, backward):
@@ -387,14 +414,19 @@ def _bounds(k):
     return [k * i // shares for i in range(shares + 1)]
 
 
-def _shared_out(sweep, chunks, *args):
+def _shared_out(sweep, chunks, *args, apart=False):
     """``sweep(chunks, first, last, *args)`` over every chunk: one contiguous share per
-    thread, the calling thread taking the first."""
+    thread, the calling thread taking the first.  With ``apart`` each share's last chunk
+    runs after the others, one at a time: a slice's chunk adds into the next chunk's first
+    elements, which belong to the next share there."""
     bounds = _bounds(len(chunks))
     shares = len(bounds) - 1
     if _pool[1] < shares - 1:
         _pool[:] = [ThreadPoolExecutor(shares - 1, thread_name_prefix="tapejit-chunks"), shares - 1]
-    others = [_pool[0].submit(sweep, chunks, bounds[i], bounds[i + 1], *args) for i in range(1, shares)]
-    sweep(chunks, bounds[0], bounds[1], *args)
+    held = 1 if apart and shares > 1 else 0
+    others = [_pool[0].submit(sweep, chunks, bounds[i], bounds[i + 1] - held, *args) for i in range(1, shares)]
+    sweep(chunks, bounds[0], bounds[1] - held, *args)
     for f in others:
         f.result()
+    for i in range(1, shares + 1) if held else ():
+        sweep(chunks, bounds[i] - 1, bounds[i], *args)

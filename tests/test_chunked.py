@@ -84,8 +84,15 @@ def test_slot_read_whole_and_by_chunk_splits_the_run(backward, monkeypatch):
     lengths = np.array([_row("exp", 100, 0, -1, n), _row("exp", 200, 1000, -1, 2 * n),
                         _row("reshape", 300, 1000, ~0, 2 * n, 2 * n)], np.int64)
     assert chunked._runs(lengths, 0, 3, backward) == [(0, 1), (1, 2), (2, 3)]
-    monkeypatch.setattr(chunked, "THREADS", 2)     # then copies stay out of backward runs
-    assert chunked._runs(rec, 0, len(rec), backward) == ([(1, 3)] if backward else [(0, 1), (1, 3), (3, 4)])
+    # On two threads a copy joins a backward run only if it starts within a chunk of its
+    # source's start (it then adds into the next chunk's elements only).
+    monkeypatch.setattr(chunked, "THREADS", 2)
+    monkeypatch.setattr(chunked, "CHUNK", 4)
+    assert chunked._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
+    far = rec.copy()
+    far[3, 3] = ~4                                  # copies elements 4 .. of slot 300
+    assert chunked._runs(far, 0, len(far), backward) == ([(0, 1), (1, 3)] if backward else
+                                                         [(0, 1), (1, 3), (3, 4)])
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -283,6 +290,22 @@ def test_backward_after_reading_the_loss_still_goes_run_by_run(tiny_chunks, monk
     loss.backward()
     assert runs
     np.testing.assert_allclose(x.grad.numpy(), rosen_der(x0), rtol=1e-13)
+
+
+def test_slices_near_and_far_on_threads(tiny_chunks):
+    """Slices starting within a chunk join backward runs (on two threads their chunks at
+    the shares' edges run apart); one starting further away runs whole.  Either way the
+    gradient is the analytic one."""
+    x0 = np.linspace(-1.0, 2.0, 40)
+    x = tj.tensor(x0, requires_grad=True)
+    loss = (x[5:] * x[:-5]).sum() + (x[1:] ** 2).sum() + (x[:-1] * 3.0).sum()
+    loss.backward()
+    expected = np.zeros_like(x0)
+    expected[5:] += x0[:-5]
+    expected[:-5] += x0[5:]
+    expected[1:] += 2 * x0[1:]
+    expected[:-1] += 3.0
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-14)
 
 
 def test_a_repeated_step_reuses_its_plans(tiny_chunks, monkeypatch):
