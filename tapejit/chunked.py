@@ -28,11 +28,13 @@ What may join a run (the conditions keep chunks independent):
 * forward: unary ops, binary ops (a size-1 operand of a broadcast is read whole, not
   shifted), and range copies (slices) whose source is not computed inside the run
   (a chunk would read another chunk's elements);
-* backward: unary ops and same-shape binary ops.  A broadcast operand's gradient is a
-  sum over every chunk, so those records run whole, between runs.  So do slices when
-  threads share a run: a slice adds into its source's range shifted by its start, which
-  overlaps the neighbouring chunk's.  On one thread the chunks run in turn and slices
-  join runs.
+* backward: unary ops, same-shape binary ops and slices.  A broadcast operand's gradient
+  is a sum over every chunk, so those records run whole, between runs.  A slice adds
+  into its source's range shifted by its start, which overlaps the next chunk's.  On one
+  thread the chunks run in turn.  On several, a slice joins a run only if it starts
+  within a chunk of its source's start, so that it reaches into the next chunk alone;
+  its source's gradient is zeroed and flagged before the run, and each share's last
+  chunk runs after the others (``_slice_sources_ready``, ``_shared_out``).
 
 In both, a slot that a chunk reads whole (a slice's source, a broadcast operand) must
 not be computed in the run nor read chunk by chunk elsewhere in it.
