@@ -120,7 +120,7 @@ def _runs(rec, lo, hi, backward):
     if backward:
         same_shape = (kind == _UNARY) | ((kind == _BINARY) & (rows[:, 5] == 0))
         # A slice adds into its source shifted by its start: on several threads, only a
-        # start under a chunk keeps that to the chunk next door (see _backward_run).
+        # start under a chunk keeps that to the chunk next door (_slice_sources_ready).
         ok &= same_shape | ((kind == _COPY) & ((THREADS == 1) | (~rows[:, 3] < CHUNK)))
     if not ok.any():
         return []

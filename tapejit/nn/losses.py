@@ -139,15 +139,8 @@ def _nll(log_probs, targets, class_dim, weights, ignore_index, reduction, source
     at = np.nonzero(valid)
     chosen = targets[valid]
     if log_probs.ndim == 2:
-        # (N, C): the flat positions row * C + class, without building the index grid
-        # that general integer-array indexing needs.
-        tape = current()
-        ints_at = tape.nints + len(tape.pints) + 2     # where _gather's positions go
-        picked = _gather(INDEX, log_probs, at[0] * log_probs._shape[1] + chosen)
-        if weights is None and chosen.size == targets.size:
-            labels.patch(source, ints_at, log_probs._shape[1], ignore_index)   # tj.compile
-        else:
-            labels.read(source)
+        picked = _picked_rows(log_probs, at[0], chosen, source, ignore_index,
+                              weights is None and chosen.size == targets.size)
     else:
         labels.read(source)
         picked = log_probs[(at[0], chosen) + at[1:]]
@@ -166,13 +159,25 @@ def _nll_every_row(log_probs, targets, ignore_index, reduction, source):
     """``_nll`` in a training step's usual case: (N, C) log-probabilities, no class weights,
     no ignored label.  One gather and a scaled sum, without the masks and coefficients the
     general case builds (a 64 x 10 cross-entropy recorded in 58 us, 29 us this way)."""
-    rows, classes = log_probs._shape
+    rows = log_probs._shape[0]
+    total = _picked_rows(log_probs, np.arange(rows), targets, source, ignore_index, True).sum()
+    return total * (-1.0 / rows) if reduction == "mean" else -total
+
+
+def _picked_rows(log_probs, rows, chosen, source, ignore_index, patchable):
+    """``log_probs[rows, chosen]`` of an (N, C) tensor: one index record on the flat
+    positions ``row * C + class``, without the index grid general integer-array indexing
+    builds.  With ``patchable``, a ``tj.compile`` trace writes each replay's labels into
+    those positions (``labels.patch``); else its labels are read as constants."""
     tape = current()
     ints_at = tape.nints + len(tape.pints) + 2     # where _gather's positions go
-    picked = _gather(INDEX, log_probs, np.arange(0, rows * classes, classes) + targets)
-    labels.patch(source, ints_at, classes, ignore_index)   # tj.compile: labels read live
-    total = picked.sum()
-    return total * (-1.0 / rows) if reduction == "mean" else -total
+    classes = log_probs._shape[1]
+    picked = _gather(INDEX, log_probs, rows * classes + chosen)
+    if patchable:
+        labels.patch(source, ints_at, classes, ignore_index)
+    else:
+        labels.read(source)
+    return picked
 
 
 def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean"):
