@@ -323,6 +323,11 @@ def _planned(tape, lo, hi, d, backward):
     sweeps over 10^5 elements, and a loop of steps records the same tape every time: so
     plans are kept, keyed by everything they are made of."""
     rec = tape.rec
+    # A large arena may hold only parameters (an MLP's weights) and no large record: one
+    # comparison rules that out, where planning costs ~50 us a step (field 4 is the length
+    # of an elementwise record; for other ops an index, which at worst plans for nothing).
+    if not (rec[lo:hi, 4] >= MIN_ELEMENTS).any():
+        return ()
     _kind_table()
     if _lists[rec[lo:tape.n, 0] >> 1].any():   # operands listed in ints: not in the key
         return _backward_plan(tape, lo, hi, d) if backward else _forward_plan(tape, lo, hi, d)
