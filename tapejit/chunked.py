@@ -21,7 +21,8 @@ the forward sweep its value, in the backward sweep its gradient (only gradients 
 written there, so a value the backward sweep reads is never overwritten).  A value
 kept in cache only is computed again, whole, if anything reads it later: a tensor's
 value, or a new record (``Tape.keep_values``).  A traced tape (``tj.compile``) keeps
-every value.
+every value.  A copy (a slice) kept in cache only is not made at all in the forward
+chunks: its readers read its source's elements (``_read_in_place``).
 
 What may join a run (the conditions keep chunks independent):
 
@@ -218,11 +219,39 @@ def forward(tape, sw, lo, hi, d):
 def _forward_plan(tape, lo, hi, d):
     plan = []
     for start, end in _runs(tape.rec, lo, hi, backward=False):
-        chunks, _ = _shifted(tape.rec, start, end, int(tape.rec[start, 4]), False)
+        chunks, firsts = _shifted(tape.rec, start, end, int(tape.rec[start, 4]), False)
         cached = [] if tape.tracing else _cache_only(tape, start, end, None)
-        _to_scratch(chunks, tape.rec[start:end], cached)
+        rows = tape.rec[start:end]
+        views = _read_in_place(chunks, firsts, rows, cached)
+        _to_scratch(chunks, rows, [s for s in cached if s not in views])
         plan.append((start, end, chunks, cached))
     return plan
+
+
+def _read_in_place(chunks, firsts, rows, cached):
+    """In the forward chunks, a copy whose result is kept in cache only is not made: its
+    readers read the elements of its source instead (the source is not computed in the
+    run, so it is whole in memory).  A slice costs a pass over the chunk otherwise, some
+    7% of a 10^6-element Rosenbrock forward pass for each.  Returns the copies' results."""
+    kind = _kind_table()[rows[:, 0] >> 1]
+    views = {}
+    for r in np.flatnonzero(kind == _COPY).tolist():
+        out = int(rows[r, 1])
+        if out in cached:
+            source = int(rows[r, 2])
+            views[out] = (source if source >= 0 else ~source) + ~int(rows[r, 3])   # its element `start`
+            chunks[:, r, 4] = 0
+    if not views:
+        return views
+    for field, where in ((2, kind == _UNARY), (2, (kind == _BINARY) & ((rows[:, 5] & 1) == 0)),
+                         (3, (kind == _BINARY) & ((rows[:, 5] & 2) == 0))):
+        for r in np.flatnonzero(where).tolist():
+            enc = int(rows[r, field])
+            first = views.get(enc if enc >= 0 else ~enc)
+            if first is not None:
+                at = first + firsts
+                chunks[:, r, field] = at if enc >= 0 else ~at
+    return views
 
 
 def backward(tape, sw, lo, hi, d, retain):

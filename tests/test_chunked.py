@@ -192,6 +192,35 @@ def test_dead_intermediates_stay_in_cache(tiny_chunks):
     np.testing.assert_allclose(x.grad.numpy(), rosen_der(x0), rtol=1e-13)
 
 
+def test_slices_kept_in_cache_are_read_in_place(tiny_chunks):
+    """A slice whose result stays in cache is not made in the forward chunks: its readers
+    read the source's elements.  The saved slice (the square's input) is still made."""
+    x0 = np.linspace(-1.5, 1.5, 31)
+    x = tj.tensor(x0, requires_grad=True)
+    loss = _rosen(x)
+    loss.item()
+    tape = loss._tape
+    *_, (start, end, chunks, cached) = chunked._planned(tape, 0, tape.nrec, 0, False)   # this loss's run
+    rows = tape.rec[start:end]
+    names = [registry.OPS[int(r[0]) >> 1].name for r in rows]
+    first = chunked.CHUNK * np.arange(len(chunks))
+    slices = [i for i, name in enumerate(names) if name == "slice"]
+    assert len(slices) == 3
+    for i in slices:
+        start_in_x = int(chunked._decoded(rows[i, 2])) + ~int(rows[i, 3])   # x's slot, then the start
+        readers = [j for j, r in enumerate(rows) if names[j] != "slice" and int(rows[i, 1]) in (int(r[2]), int(r[3]))]
+        if int(rows[i, 1]) in cached:
+            assert (chunks[:, i, 4] == 0).all()
+            for j in readers:
+                field = 2 if int(rows[j, 2]) == int(rows[i, 1]) else 3
+                np.testing.assert_array_equal(chunks[:, j, field], start_in_x + first)
+        else:
+            assert names[readers[0]] == "square" and (chunks[:, i, 4] > 0).all()
+    assert sum(int(rows[i, 1]) in cached for i in slices) == 2
+    from scipy.optimize import rosen
+    assert loss.item() == pytest.approx(rosen(x0), rel=1e-14)
+
+
 def test_reading_a_value_kept_in_cache_computes_it(tiny_chunks):
     x0 = np.linspace(-1.5, 1.5, 31)
     x = tj.tensor(x0, requires_grad=True)
