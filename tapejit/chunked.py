@@ -22,7 +22,9 @@ written there, so a value the backward sweep reads is never overwritten).  A val
 kept in cache only is computed again, whole, if anything reads it later: a tensor's
 value, or a new record (``Tape.keep_values``).  A traced tape (``tj.compile``) keeps
 every value.  A copy (a slice) kept in cache only is not made at all in the forward
-chunks: its readers read its source's elements (``_read_in_place``).
+chunks: its readers read its source's elements (``_read_in_place``); in the backward
+chunks a slice's one reader adds its gradient straight into the source's, where that
+keeps the order in which each element's terms are added (``_add_in_place``).
 
 What may join a run (the conditions keep chunks independent):
 
@@ -241,17 +243,20 @@ def _read_in_place(chunks, firsts, rows, cached):
             source = int(rows[r, 2])
             views[out] = (source if source >= 0 else ~source) + ~int(rows[r, 3])   # its element `start`
             chunks[:, r, 4] = 0
-    if not views:
-        return views
+    for r, field, enc in _aligned_reads(rows, kind) if views else ():
+        first = views.get(enc if enc >= 0 else ~enc)
+        if first is not None:
+            at = first + firsts
+            chunks[:, r, field] = at if enc >= 0 else ~at
+    return views
+
+
+def _aligned_reads(rows, kind):
+    """``(record, field, encoded operand)`` for every operand read element by element."""
     for field, where in ((2, kind == _UNARY), (2, (kind == _BINARY) & ((rows[:, 5] & 1) == 0)),
                          (3, (kind == _BINARY) & ((rows[:, 5] & 2) == 0))):
         for r in np.flatnonzero(where).tolist():
-            enc = int(rows[r, field])
-            first = views.get(enc if enc >= 0 else ~enc)
-            if first is not None:
-                at = first + firsts
-                chunks[:, r, field] = at if enc >= 0 else ~at
-    return views
+            yield r, field, int(rows[r, field])
 
 
 def backward(tape, sw, lo, hi, d, retain):
@@ -267,12 +272,13 @@ def backward(tape, sw, lo, hi, d, retain):
         return whole(lo, hi)
     top = hi
     for run in _planned(tape, lo, hi, d, True):
-        start, end, _, cached, _, _ = run
+        start, end, _, cached, _, _, views, _ = run
         if end < top:
             r = whole(end, top)
             if r >= 0:
                 return r
-        if cached and tape.flags[d][cached].any():   # a gradient already there: see _cache_only
+        # a gradient already there: see _cache_only and _add_in_place
+        if (cached or views) and tape.flags[d][cached + views].any():
             run = _backward_run_plan(tape, start, end, d, tape.flags[d])
         r = _backward_run(tape, sw, run, d, retain)
         if r >= 0:
@@ -295,6 +301,7 @@ def _backward_run_plan(tape, start, end, d, flags):
     cached = _cache_only(tape, start, end, flags)
     _to_scratch(chunks, rows, cached)
     kind = _kind_table()[rows[:, 0] >> 1]
+    views, in_place = _add_in_place(chunks, firsts, rows, kind, flags)
     slots = set()
     for row, k in zip(rows, kind):
         if k != _NONE:
@@ -302,22 +309,64 @@ def _backward_run_plan(tape, start, end, d, flags):
             slots |= _operands(row, k)[1]
     slots = np.array(sorted(slots.difference(cached)), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
-    return start, end, chunks, cached, slots, mirrors
+    return start, end, chunks, cached, slots, mirrors, views, in_place
+
+
+def _add_in_place(chunks, firsts, rows, kind, flags):
+    """In the backward chunks, a slice read by one operand of one record in the run: that
+    record adds its gradient straight into the slice's source, and the slice (its output
+    never gets a gradient) does nothing.  Each slice otherwise costs a pass over the chunk.
+
+    Only where the sum stays the same to the last bit: each element of a source's gradient
+    must receive its terms in the order the unchunked sweep adds them, slice by slice from
+    the newest.  A slice read in place adds when its reader runs, so it qualifies only if
+    its reader comes before the term added next (``latest``).  A slice whose output already
+    has a gradient (``flags``) is left as it is.  Returns the slices' outputs, and the
+    positions in their sources the readers' operands now point to, whose flags must read
+    "written" during the run (the source is zeroed and flagged first)."""
+    readers = {}
+    for r, field, enc in _aligned_reads(rows, kind):
+        readers.setdefault(enc if enc >= 0 else ~enc, []).append((r, field, enc))
+    by_source = {}
+    for r in np.flatnonzero(kind == _COPY).tolist():
+        if rows[r, 2] >= 0:
+            by_source.setdefault(int(rows[r, 2]), []).append(r)
+    views, in_place = [], []
+    for source, copies in by_source.items():
+        latest = len(rows)
+        for r in reversed(copies):
+            out = int(rows[r, 1])
+            read = readers.get(out, ())
+            if (len(read) == 1 and read[0][2] >= 0 and read[0][0] < latest
+                    and (flags is None or not flags[out])):
+                reader, field, _ = read[0]
+                at = source + ~int(rows[r, 3]) + firsts
+                chunks[:, reader, field] = at
+                views.append(out)
+                in_place.append(at[at != source])   # the source's own flag is its gradient's
+                latest = reader
+            else:
+                latest = r
+    return views, (np.concatenate(in_place) if in_place else np.empty(0, np.int64))
 
 
 def _backward_run(tape, sw, run, d, retain):
-    start, end, chunks, cached, slots, mirrors = run
+    start, end, chunks, cached, slots, mirrors, _, in_place = run
     v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
     for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
         flags[slot:slot + CHUNK * min(THREADS, len(chunks))] = 0
     k = len(chunks)
-    apart = min(THREADS, k) > 1 and _slice_sources_ready(tape.rec[start:end], g, flags)
+    apart = False
+    if min(THREADS, k) > 1 or len(in_place):
+        apart = _slice_sources_ready(tape.rec[start:end], g, flags) and min(THREADS, k) > 1
     flags[mirrors] = np.tile(flags[slots], k - 1)
+    flags[in_place] = 1
     freeds = np.repeat(freed[None, start:end], k, axis=0)
     status = np.empty(k, np.int64)
     _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status,
                 apart=apart)
     flags[mirrors] = 0
+    flags[in_place] = 0
     freed[start:end] = freeds[0]
     r = int(status[0])
     return r + start if r >= 0 else -1
