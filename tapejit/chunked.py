@@ -31,6 +31,8 @@ What may join a run (the conditions keep chunks independent):
 * forward: unary ops, binary ops (a size-1 operand of a broadcast is read whole, not
   shifted), and range copies (slices) whose source is not computed inside the run
   (a chunk would read another chunk's elements);
+* both: the full sum (``.sum()``, ``.mean()``) of a value the run computes and nothing
+  else reads, right after the run (``_with_sum``): each chunk sums its own elements;
 * backward: unary ops, same-shape binary ops and slices.  A broadcast operand's gradient
   is a sum over every chunk, so those records run whole, between runs.  A slice adds
   into its source's range shifted by its start, which overlaps the next chunk's.  On one
@@ -66,6 +68,9 @@ _NONE, _UNARY, _BINARY, _COPY = 0, 1, 2, 3
 _kinds = None
 #: opcode -> values its backward rule reads: 1 operand a, 2 operand b, 4 its output
 _saved = None
+#: opcode -> 1 for the sums (sum, mean; their kernel's blocks, SUM_BLOCK elements each)
+_sums = None
+_SUM_BLOCK = None
 #: opcode -> 1 for ops with operands listed in ints (cat, stack, linear's bias)
 _lists = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
@@ -81,8 +86,11 @@ if hasattr(os, "register_at_fork"):
 
 def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
-    global _kinds, _saved, _lists
+    global _kinds, _saved, _lists, _sums, _SUM_BLOCK
     if _kinds is None or len(_kinds) != len(registry.OPS):
+        from tapejit.ops.reduce import SUM_BLOCK, sum_forward
+        _SUM_BLOCK = SUM_BLOCK
+        _sums = np.array([op.forward is sum_forward for op in registry.OPS])
         _lists = np.array([op.listed is not None for op in registry.OPS])
         code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
@@ -207,12 +215,14 @@ def forward(tape, sw, lo, hi, d):
         sw.forward(rec, lo, hi, tape.vals[d], ints, floats)
         return
     at = lo
-    for start, end, chunks, cached in _planned(tape, lo, hi, d, False):
+    for start, end, chunks, cached, sums in _planned(tape, lo, hi, d, False):
         if start > at:
             sw.forward(rec, at, start, tape.vals[d], ints, floats)
         if cached:
             tape.note_unkept(start, end, d, cached)
         _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
+        if sums is not None:
+            _add_chunk_sums(tape.vals[d], floats, rec[end - 1], sums)
         at = end
     if hi > at:
         sw.forward(rec, at, hi, tape.vals[d], ints, floats)
@@ -221,13 +231,76 @@ def forward(tape, sw, lo, hi, d):
 def _forward_plan(tape, lo, hi, d):
     plan = []
     for start, end in _runs(tape.rec, lo, hi, backward=False):
+        if tape.tracing:
+            end, cached, summed = end, [], None
+        else:
+            end, cached, summed = _with_sum(tape, start, end, hi, None)
         chunks, firsts = _shifted(tape.rec, start, end, int(tape.rec[start, 4]), False)
-        cached = [] if tape.tracing else _cache_only(tape, start, end, None)
         rows = tape.rec[start:end]
         views = _read_in_place(chunks, firsts, rows, cached)
         _to_scratch(chunks, rows, [s for s in cached if s not in views])
-        plan.append((start, end, chunks, cached))
+        sums = None if summed is None else _sum_by_chunk(chunks, firsts, rows, summed)
+        plan.append((start, end, chunks, cached, sums))
     return plan
+
+
+def _with_sum(tape, start, end, hi, flags):
+    """``(end, cached, summed)`` for the run ``rec[start:end]``: with the full sum of one
+    of its results (a loss's ``.sum()``/``.mean()``) right after it, when that sum can join
+    it.  Each chunk then sums its elements, so the summed values are never written (nor,
+    backward, their gradients).  It joins when those values stay in cache
+    (``_cache_only``), so that the elements of their slot past the threads' scratch areas
+    are free to hold each chunk's sum (``_sum_by_chunk``), and when chunks are the sum
+    kernel's blocks: the chunks' sums then add up to the same bits."""
+    summed = _joining_sum(tape, start, end, hi)
+    if summed is not None:
+        cached = _cache_only(tape, start, end + 1, flags, summed)
+        n = int(tape.rec[start, 4])
+        k = -(-n // CHUNK)
+        if summed in cached and n >= CHUNK * min(THREADS, k) + k:
+            return end + 1, cached, summed
+    return end, _cache_only(tape, start, end, flags), None
+
+
+def _joining_sum(tape, start, end, hi):
+    """The slot summed by record ``end`` if that is a sum of all the elements of a value
+    the run ``rec[start:end]`` computes (layout ``[1, 1, n, 0]``), else None."""
+    if end >= hi or CHUNK != _SUM_BLOCK:
+        return None
+    row = tape.rec[end]
+    if not _sums[row[0] >> 1] or row[4] < 0:
+        return None
+    p, n = int(row[4]), int(tape.rec[start, 4])
+    if tape.ints[p:p + 4].tolist() != [1, 1, n, 0]:
+        return None
+    rows = tape.rec[start:end]
+    kind = _kind_table()[rows[:, 0] >> 1]
+    summed = int(row[2]) if row[2] >= 0 else ~int(row[2])
+    return summed if summed in rows[(kind == _UNARY) | (kind == _BINARY), 1].tolist() else None
+
+
+def _sum_by_chunk(chunks, firsts, rows, summed):
+    """Make the run's last record, a full sum of slot ``summed`` (kept in cache), a sum
+    of each chunk's elements (``p < 0`` in the sum kernels: ``~p`` elements): read from
+    its thread's scratch area, and with its output (forward: the chunk's sum; backward: a
+    copy of the sum's gradient) at ``spare[c]``, past the scratch areas.  Returns ``spare``."""
+    k = len(chunks)
+    r = len(rows) - 1
+    spare = summed + CHUNK * min(THREADS, k) + np.arange(k, dtype=np.int64)
+    chunks[:, r, 1] = spare
+    scratch = summed + _share_of_chunk(k) * CHUNK
+    chunks[:, r, 2] = scratch if rows[r, 2] >= 0 else ~scratch
+    chunks[:, r, 4] = ~np.minimum(CHUNK, int(rows[0, 4]) - firsts)
+    return spare
+
+
+def _add_chunk_sums(v, floats, row, spare):
+    """A joined sum's value: its chunks' sums added in order, as ``sum_forward`` adds its
+    blocks (``accumulate`` adds one after the other), then scaled (``mean``)."""
+    out, q = int(row[1]), int(row[5])
+    v[out] = np.add.accumulate(v[spare])[-1]
+    if floats[q] != 1.0:
+        v[out:out + 1] *= floats[q]
 
 
 def _read_in_place(chunks, firsts, rows, cached):
@@ -272,14 +345,14 @@ def backward(tape, sw, lo, hi, d, retain):
         return whole(lo, hi)
     top = hi
     for run in _planned(tape, lo, hi, d, True):
-        start, end, _, cached, _, _, views, _ = run
+        start, end, _, cached, _, _, views, _, sums = run
         if end < top:
             r = whole(end, top)
             if r >= 0:
                 return r
         # a gradient already there: see _cache_only and _add_in_place
         if (cached or views) and tape.flags[d][cached + views].any():
-            run = _backward_run_plan(tape, start, end, d, tape.flags[d])
+            run = _backward_run_plan(tape, start, end - (sums is not None), hi, d, tape.flags[d])
         r = _backward_run(tape, sw, run, d, retain)
         if r >= 0:
             return r
@@ -290,16 +363,19 @@ def backward(tape, sw, lo, hi, d, retain):
 
 
 def _backward_plan(tape, lo, hi, d):
-    return [_backward_run_plan(tape, start, end, d, None)
+    return [_backward_run_plan(tape, start, end, hi, d, None)
             for start, end in reversed(_runs(tape.rec, lo, hi, backward=True))]
 
 
-def _backward_run_plan(tape, start, end, d, flags):
+def _backward_run_plan(tape, start, end, hi, d, flags):
+    """The chunks of the run ``rec[start:end]``, with the full sum after it if that joins
+    (``_with_sum``; records up to ``hi`` are in this sweep)."""
     rec = tape.rec
+    end, cached, summed = _with_sum(tape, start, end, hi, flags)
     rows = rec[start:end]
     chunks, firsts = _shifted(rec, start, end, int(rec[start, 4]), True)
-    cached = _cache_only(tape, start, end, flags)
     _to_scratch(chunks, rows, cached)
+    sums = None if summed is None else _sum_by_chunk(chunks, firsts, rows, summed)
     kind = _kind_table()[rows[:, 0] >> 1]
     views, in_place = _add_in_place(chunks, firsts, rows, kind, flags)
     slots = set()
@@ -309,7 +385,7 @@ def _backward_run_plan(tape, start, end, d, flags):
             slots |= _operands(row, k)[1]
     slots = np.array(sorted(slots.difference(cached)), np.int64)
     mirrors = (slots[None, :] + firsts[1:, None]).ravel()
-    return start, end, chunks, cached, slots, mirrors, views, in_place
+    return start, end, chunks, cached, slots, mirrors, views, in_place, sums
 
 
 def _add_in_place(chunks, firsts, rows, kind, flags):
@@ -351,14 +427,18 @@ def _add_in_place(chunks, firsts, rows, kind, flags):
 
 
 def _backward_run(tape, sw, run, d, retain):
-    start, end, chunks, cached, slots, mirrors, _, in_place = run
+    start, end, chunks, cached, slots, mirrors, _, in_place, sums = run
     v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
     for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
         flags[slot:slot + CHUNK * min(THREADS, len(chunks))] = 0
     k = len(chunks)
+    total = int(tape.rec[end - 1, 1]) if sums is not None else -1
+    if sums is not None:   # every chunk of the sum reads the sum's gradient from its copy
+        g[sums] = g[total]
+        flags[sums] = flags[total]
     apart = False
     if min(THREADS, k) > 1 or len(in_place):
-        apart = _slice_sources_ready(tape.rec[start:end], g, flags) and min(THREADS, k) > 1
+        apart = _slice_sources_ready(tape.rec[start:end], g, flags, sums is not None) and min(THREADS, k) > 1
     flags[mirrors] = np.tile(flags[slots], k - 1)
     flags[in_place] = 1
     freeds = np.repeat(freed[None, start:end], k, axis=0)
@@ -367,12 +447,14 @@ def _backward_run(tape, sw, run, d, retain):
                 apart=apart)
     flags[mirrors] = 0
     flags[in_place] = 0
+    if total >= 0:
+        flags[total] = 0   # the sum's own record has run, as the unchunked sweep marks it
     freed[start:end] = freeds[0]
     r = int(status[0])
     return r + start if r >= 0 else -1
 
 
-def _slice_sources_ready(rows, g, flags):
+def _slice_sources_ready(rows, g, flags, ends_in_sum):
     """Before a backward run on several threads: the gradient of each slice's source that
     the run will reach is zeroed and flagged, so that every chunk adds into it (a chunk's
     first write would overwrite its neighbour's additions).  Which slices the sweep will
@@ -381,6 +463,9 @@ def _slice_sources_ready(rows, g, flags):
     kind = _kind_table()[rows[:, 0] >> 1]
     if not (kind == _COPY).any():
         return False
+    if ends_in_sum:   # the sum passes its gradient to its operand, as a unary op does
+        kind = kind.copy()
+        kind[-1] = _UNARY
     reached = {int(o) for o in rows[:, 1] if flags[o]}
     for row, k in zip(rows[::-1], kind[::-1]):
         if k == _NONE or int(row[1]) not in reached:
@@ -421,7 +506,7 @@ def _planned(tape, lo, hi, d, backward):
     return plan
 
 
-def _cache_only(tape, start, end, flags):
+def _cache_only(tape, start, end, flags, summed=None):
     """Slots made by the run ``rec[start:end]`` whose values (forward) or gradients
     (backward, given its ``flags``) need not reach memory: no record outside the run reads
     them and no backward rule reads their value.  Each chunk then computes them in a
@@ -436,6 +521,8 @@ def _cache_only(tape, start, end, flags):
     # Only values the run itself reads: one nothing reads is a result the caller holds.
     read = set(_decoded(rows[(kind == _UNARY) | (kind == _BINARY), 2]).tolist())
     read.update(_decoded(rows[kind == _BINARY, 3]).tolist())
+    if summed is not None:   # read by the full sum that ends the run (_with_sum)
+        read.add(summed)
     made = read.intersection(rows[kind != _NONE, 1].tolist())
     saved = _saved[ops]
     needed = set(_decoded(rows[(saved & 1) != 0, 2]).tolist())
@@ -481,8 +568,7 @@ def _to_scratch(chunks, rows, cached):
     if not cached:
         return
     kind = _kind_table()[rows[:, 0] >> 1]
-    bounds = _bounds(len(chunks))
-    share = np.searchsorted(bounds, np.arange(len(chunks)), side="right") - 1
+    share = _share_of_chunk(len(chunks))
     cached = set(cached)
     for field, where in ((1, kind != _NONE), (2, (kind == _UNARY) | (kind == _BINARY)), (3, kind == _BINARY)):
         for r in np.flatnonzero(where).tolist():
@@ -491,6 +577,11 @@ def _to_scratch(chunks, rows, cached):
             if slot in cached:
                 off = slot + share * CHUNK
                 chunks[:, r, field] = off if enc >= 0 else ~off
+
+
+def _share_of_chunk(k):
+    """The share (thread) each of ``k`` chunks goes to (``_shared_out``)."""
+    return np.searchsorted(_bounds(k), np.arange(k), side="right") - 1
 
 
 def _bounds(k):

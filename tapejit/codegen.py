@@ -278,7 +278,7 @@ def generate_source(ops=None, digest=None):
               "        q = rec[r, 5]"]
     lines += _dispatch(ops, _forward_case, "        ")
     lines += _backward_function("backward", ops, _backward_case)
-    lines += _backward_function("backward_elementwise", [op for op in ops if registry.elementwise_kind(op)],
+    lines += _backward_function("backward_elementwise", [op for op in ops if registry.in_chunked_runs(op)],
                                 _elementwise_backward_case)
     lines.append(_CHUNKS)
     lines.append(_REPLAY)

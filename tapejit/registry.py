@@ -123,6 +123,13 @@ def elementwise_kind(op):
     return "copy" if op.forward is copy_range_forward else None
 
 
+def in_chunked_runs(op):
+    """Whether a chunked run's backward sweep (``backward_elementwise``) may meet a record of
+    ``op``: the elementwise ops, and the sums (a full sum joins the run it sums)."""
+    from tapejit.ops.reduce import sum_forward
+    return elementwise_kind(op) is not None or op.forward is sum_forward
+
+
 def source_files():
     """Every file whose text can change compiled code: the op modules (rules and kernels),
     their helpers, the generator and the Numba options."""

@@ -26,7 +26,8 @@ def records_table(tape, end):
                 node = src.name()
             else:
                 node = "AccumulateGrad" if src._rg else "(constant)"
-        n = q if op.kind == "load" else max(p, 1) if op.kind in ("unary", "binary") else 1
+        n = (q if op.kind == "load" else max(p, 1) if registry.elementwise_kind(op) in ("unary", "binary", "copy")
+             else 1)   # a copy's p is its length too; other kernels' p is an index into ints
         value = tape.vals[d][out:out + min(n, 3)].tolist()
         shown = ", ".join(f"{v:.4g}" for v in value) + (", ..." if n > 3 else "")
         dtype = "float32" if d else "float64"

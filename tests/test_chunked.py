@@ -200,7 +200,7 @@ def test_slices_kept_in_cache_are_read_in_place(tiny_chunks):
     loss = _rosen(x)
     loss.item()
     tape = loss._tape
-    *_, (start, end, chunks, cached) = chunked._planned(tape, 0, tape.nrec, 0, False)   # this loss's run
+    *_, (start, end, chunks, cached, _) = chunked._planned(tape, 0, tape.nrec, 0, False)   # this loss's run
     rows = tape.rec[start:end]
     names = [registry.OPS[int(r[0]) >> 1].name for r in rows]
     first = chunked.CHUNK * np.arange(len(chunks))
@@ -262,6 +262,64 @@ def test_slices_add_in_place_in_the_order_of_the_sweep(threads, monkeypatch):
         x = tj.tensor(x0, requires_grad=True)
         fn(x).backward()
         np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-15, atol=1e-15 * np.abs(got).max())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype, reduce", [("float64", "sum"), ("float32", "mean")])
+def test_a_full_sum_joins_its_run_bit_for_bit(threads, dtype, reduce, monkeypatch):
+    """A loss's ``.sum()``/``.mean()`` of a value the run computes joins the run: each
+    chunk sums its elements (never written, nor their gradients), and the chunks' sums add
+    up to the bits of the sum kernel, which adds the same blocks in the same order.  The
+    value and gradient are those of the chunks without the sum joining, bit for bit, and in
+    float64 those of the unchunked sweeps.  (In float32 chunked and unchunked gradients
+    already differed in the last bit here and there, with or without the sum.)"""
+    n = 3 * chunked.CHUNK + 17
+    x0 = np.random.default_rng(5).uniform(-2, 2, n).astype(dtype)
+    joining = chunked._joining_sum
+    results = {}
+    for how in ("unchunked", "apart", "joined"):
+        monkeypatch.setattr(chunked, "MIN_ELEMENTS", 1 << 20 if how == "unchunked" else 1 << 10)
+        monkeypatch.setattr(chunked, "THREADS", threads)
+        monkeypatch.setattr(chunked, "_plans", {})
+        monkeypatch.setattr(chunked, "_joining_sum", (lambda *a: None) if how == "apart" else joining)
+        x = tj.tensor(x0, requires_grad=True)
+        loss = getattr(_rosen_terms(x), reduce)()
+        value = loss.item()
+        loss.backward()
+        results[how] = (value, x.grad.numpy().copy())
+    tape = loss._tape
+    d = int(dtype == "float32")
+    plans = [chunked._planned(tape, 0, tape.nrec, d, backward) for backward in (False, True)]
+    assert plans[0][-1][-1] is not None and plans[1][-1][-1] is not None, "the sum joined both runs"
+    assert registry.OPS[int(tape.rec[plans[0][-1][1] - 1, 0]) >> 1].name == reduce
+    for other in ("apart", "unchunked") if dtype == "float64" else ("apart",):
+        assert results["joined"][0] == results[other][0]
+        np.testing.assert_array_equal(results["joined"][1], results[other][1])
+    from scipy.optimize import rosen
+    assert results["joined"][0] == pytest.approx(rosen(x0.astype(np.float64)) / (1 if reduce == "sum" else n - 1),
+                                                 rel=1e-5 if dtype == "float32" else 1e-13)
+
+
+def _rosen_terms(x):
+    return 100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2
+
+
+def test_a_sum_whose_operand_is_read_again_stays_apart(monkeypatch):
+    """``h`` is summed and also read by a later record: it must be written, so its sum does
+    not join (the chunks' sums would need its slot); ``h * h``, summed only, does."""
+    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 1 << 10)
+    n = 2 * chunked.CHUNK + 5
+    x = tj.tensor(np.linspace(-1, 1, n), requires_grad=True)
+    h = tj.sin(x) * 3.0
+    loss = h.sum() + (h * h).sum()
+    loss.backward()
+    tape = loss._tape
+    for backward in (False, True):
+        plans = sorted(chunked._planned(tape, 0, tape.nrec, 0, backward))
+        assert [plan[-1] is None for plan in plans] == [True, False]
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(x.detach().numpy()) * (1 + 6 * np.sin(x.detach().numpy())),
+                               rtol=1e-13)
+    assert h.detach().numpy()[7] == 3.0 * np.sin(x.detach().numpy()[7])
 
 
 def test_reading_a_value_kept_in_cache_computes_it(tiny_chunks):

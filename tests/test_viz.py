@@ -110,3 +110,10 @@ def test_tape_summary_lists_every_record():
     assert "AccumulateGrad" in table and "PowBackward0" in table
     assert tj.viz.summary(loss) == table
     assert tj.viz.summary(tj.tensor(1.0)) == "(a leaf: no records)"
+
+
+def test_tape_summary_shows_a_slice_s_leading_values():
+    x = tj.tensor([1.0, 2.0, 3.0, 4.0, 5.0], requires_grad=True)
+    y = x[1:] * 2.0
+    row = [line for line in y._tape.summary().splitlines() if line.split()[1] == "slice"][-1]
+    assert row.endswith("[2, 3, 4, ...]")

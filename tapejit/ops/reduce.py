@@ -20,8 +20,18 @@ from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 
 
+#: A row of a sum adds its elements in blocks of this many (``row_sum`` each), in order.
+#: The chunked sweeps (tapejit/chunked.py) sum a large run's chunks of the same size apart
+#: and add the chunks' sums in the same order, so that both give the same bits.
+SUM_BLOCK = 8192
+
+
 @kernel
 def sum_forward(v, out, a, b, p, q, ints, floats):
+    if p < 0:
+        # a chunk of a full sum in a chunked run: its ~p elements' sum, unscaled
+        v[out] = row_sum(v, a, ~p, floats[0])
+        return
     nd = ints[p]
     out_size = ints[p + 1]
     sizes = ints[p + 2:p + 2 + nd]
@@ -39,7 +49,9 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
     i = a
     for _ in range(n // inner if inner > 0 else 0):
         if istep == 0:
-            v[pos] += row_sum(v, i, inner, floats[0])
+            for block in range(0, inner, SUM_BLOCK):
+                count = inner - block if inner - block < SUM_BLOCK else SUM_BLOCK
+                v[pos] += row_sum(v, i + block, count, floats[0])
         else:
             for j in range(inner):
                 v[at(pos + j * istep)] += v[at(i + j)]
@@ -61,6 +73,12 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
 @kernel
 def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     if ma == 0:
+        return
+    if p < 0:
+        # a chunk of a full sum in a chunked run: ~p elements, the output's gradient at out
+        gi = g[out] * floats[q]
+        for j in range(~p):
+            acc(g, a + j, gi, ma)
         return
     nd = ints[p]
     sizes = ints[p + 2:p + 2 + nd]
