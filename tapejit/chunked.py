@@ -20,11 +20,12 @@ of the slot itself, which nothing else uses (thread ``s`` at ``slot + s * CHUNK`
 the forward sweep its value, in the backward sweep its gradient (only gradients are
 written there, so a value the backward sweep reads is never overwritten).  A value
 kept in cache only is computed again, whole, if anything reads it later: a tensor's
-value, or a new record (``Tape.keep_values``).  A traced tape (``tj.compile``) keeps
-every value.  A copy (a slice) kept in cache only is not made at all in the forward
-chunks: its readers read its source's elements (``_read_in_place``); in the backward
-chunks a slice's one reader adds its gradient straight into the source's, where that
-keeps the order in which each element's terms are added (``_add_in_place``).
+value, or a new record (``Tape.keep_values``).  While ``tj.compile`` traces, every
+value is kept; a frozen trace keeps those its replays read (``Tape.kept``).  A copy (a
+slice) kept in cache only is not made at all in the forward chunks: its readers read its
+source's elements (``_read_in_place``); in the backward chunks a slice's one reader adds
+its gradient straight into the source's, where that keeps the order in which each
+element's terms are added (``_add_in_place``).
 
 What may join a run (the conditions keep chunks independent):
 
@@ -218,7 +219,7 @@ def forward(tape, sw, lo, hi, d):
     for start, end, chunks, cached, sums in _planned(tape, lo, hi, d, False):
         if start > at:
             sw.forward(rec, at, start, tape.vals[d], ints, floats)
-        if cached:
+        if cached and tape.kept is None:   # a frozen trace's replays read only its kept values
             tape.note_unkept(start, end, d, cached)
         _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
         if sums is not None:
@@ -231,7 +232,7 @@ def forward(tape, sw, lo, hi, d):
 def _forward_plan(tape, lo, hi, d):
     plan = []
     for start, end in _runs(tape.rec, lo, hi, backward=False):
-        if tape.tracing:
+        if tape.tracing:   # any value may be read into the trace
             end, cached, summed = end, [], None
         else:
             end, cached, summed = _with_sum(tape, start, end, hi, None)
@@ -494,8 +495,8 @@ def _planned(tape, lo, hi, d, backward):
     _kind_table()
     if _lists[rec[lo:tape.n, 0] >> 1].any():   # operands listed in ints: not in the key
         return _backward_plan(tape, lo, hi, d) if backward else _forward_plan(tape, lo, hi, d)
-    key = (backward, rec[lo:tape.n].tobytes(), lo, hi, d, tape.cursor[d], tape.tracing, THREADS, CHUNK,
-           MIN_ELEMENTS)
+    key = (backward, rec[lo:tape.n].tobytes(), lo, hi, d, tape.cursor[d], tape.tracing, tape.kept, THREADS,
+           CHUNK, MIN_ELEMENTS)
     plan = _plans.get(key)
     if plan is None:
         plan = _backward_plan(tape, lo, hi, d) if backward else _forward_plan(tape, lo, hi, d)
@@ -528,6 +529,9 @@ def _cache_only(tape, start, end, flags, summed=None):
     needed = set(_decoded(rows[(saved & 1) != 0, 2]).tolist())
     needed.update(_decoded(rows[(saved & 2) != 0, 3]).tolist())
     needed.update(rows[(saved & 4) != 0, 1].tolist())
+    if tape.kept:   # a frozen trace's results
+        d = int(rows[0, 0] & 1)
+        needed.update(slot for arena, slot in tape.kept if arena == d)
     later = rec[end:tape.n]
     needed.update(_decoded(later[:, 2]).tolist())
     needed.update(_decoded(later[:, 3]).tolist())

@@ -73,7 +73,7 @@ class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "tracing", "unkept", "__weakref__")
+                 "tracing", "kept", "unkept", "__weakref__")
 
     def __init__(self):
         self.use_records(np.zeros((256, 6), np.int64))
@@ -107,6 +107,9 @@ class Tape:
         self._producers = None
         self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
+        # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
+        # in cache, chunked.py); None: every value while tracing.
+        self.kept = None
         self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
         _serial[0] += 1
         self.serial = _serial[0]

@@ -369,15 +369,30 @@ def test_tape_table_shows_values_kept_in_cache(tiny_chunks):
     assert "square" in table and "nan" not in table.lower()
 
 
-def test_compiled_function_keeps_every_value(tiny_chunks):
-    """tj.compile's trace is replayed later: its first call keeps every value in memory."""
+def test_compiled_function_keeps_the_values_its_replays_read(tiny_chunks, monkeypatch):
+    """A frozen trace's calls read their results from the slots (here an intermediate that
+    the run also reads, which eager mode would keep in cache only): those are kept
+    (``Tape.kept``), the rest stay in cache, and no replay leaves a note to compute them."""
     x0 = np.linspace(-1.5, 1.5, 31)
-    f = tj.compile(tj.value_and_grad(_rosen))
-    from scipy.optimize import rosen, rosen_der
-    for scale in (1.0, 0.5):
-        value, grad = f(x0 * scale)
+    plans = []
+    real = chunked._forward_plan
+    monkeypatch.setattr(chunked, "_forward_plan", lambda tape, *a: plans.append((tape, real(tape, *a))) or plans[-1][1])
+    monkeypatch.setattr(chunked, "_plans", {})
+
+    def loss_and_square(x):
+        square = x[:-1] ** 2
+        return (100 * (x[1:] - square) ** 2 + (1 - x[:-1]) ** 2).sum(), square
+
+    f = tj.compile(loss_and_square)
+    from scipy.optimize import rosen
+    for scale in (1.0, 0.5, 0.25, 2.0):
+        value, square = f(tj.tensor(x0 * scale))
         assert float(value) == pytest.approx(rosen(x0 * scale), rel=1e-13)
-        np.testing.assert_allclose(np.asarray(grad), rosen_der(x0 * scale), rtol=1e-12)
+        np.testing.assert_array_equal(square.numpy(), (x0[:-1] * scale) ** 2)
+    tape, plan = plans[-1]
+    assert tape.kept and any(run[3] for run in plan)
+    assert not {(0, slot) for run in plan for slot in run[3]} & tape.kept
+    assert tape.unkept is None
 
 
 @pytest.mark.parametrize("threads", [1, 2])

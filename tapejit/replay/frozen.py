@@ -63,11 +63,6 @@ class Frozen:
         """``arg_of``: {id(tensor): argument index} for the argument tensors the trace loaded;
         ``roots``: [(arena, off)] of the slots the caller reads after a replay."""
         tape = trace.tape
-        tape.flush()
-        self.name = trace.name
-        self.lock = threading.Lock()
-        rec = tape.rec[:tape.nrec]
-        ints = tape.ints
         backwards = [e for e in trace.events if e[0] == "backward"]
         live = set(roots)
         for _, entries, _ in backwards:
@@ -75,6 +70,12 @@ class Frozen:
                 live.add((d, off))
                 if seed is not None and seed[0] == "slot":
                     live.add(seed[1:])
+        tape.kept = frozenset(live)   # values read after the sweeps: the rest may stay in cache
+        tape.flush()
+        self.name = trace.name
+        self.lock = threading.Lock()
+        rec = tape.rec[:tape.nrec]
+        ints = tape.ints
         keep, _ = dependencies(rec, ints, [len(v) for v in tape.vals], live, grads_only=False)
         self.records_traced = len(rec)
         kept = np.flatnonzero(keep)
