@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from tapejit import chunked, registry
+from tapejit import _blas_check, chunked, registry
 
 _ARENA_DTYPES = (np.float64, np.float32)
 # Writes one record's six fields straight into the record column: no Python objects are
@@ -55,6 +55,9 @@ _serial = [0]
 _process = {"groups": -1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0, "module": None}
 
 
+_LINALG = 1 << registry.GROUPS.index("linalg")
+
+
 def sweeps(mask):
     """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
     current = _process["groups"]
@@ -63,6 +66,8 @@ def sweeps(mask):
     from tapejit.codegen import load_sweeps
     everything = (1 << len(registry.GROUPS)) - 1
     mask = (mask | current) & everything
+    if mask & _LINALG:   # matrix products: Numba's BLAS check, deferred from start-up
+        _blas_check.ensure()
     module = load_sweeps(mask)
     _process["groups"] = mask
     _process["module"] = module

@@ -136,3 +136,36 @@ def test_bytecode_is_written_when_python_would_not(tmp_path, monkeypatch):
     cached = Path(importlib.util.cache_from_source(module.__file__))
     assert Path(module.__file__).parent == tmp_path and cached.exists()
     assert cached.stat().st_mtime >= Path(module.__file__).stat().st_mtime
+
+
+def test_scipy_linear_algebra_is_imported_only_for_matrix_products(tmp_path):
+    """Numba's import-time BLAS check (which imports ``scipy.linalg``) is deferred to the first
+    sweeps that multiply matrices (tapejit/_blas_check.py): an elementwise program's start-up
+    does not pay for it, a product still runs, and Numba's own check is left in place."""
+    script = textwrap.dedent("""
+        import sys
+        import tapejit as tj
+        from numba.np import arraymath, linalg
+        x = tj.tensor([1.0, 2.0], requires_grad=True)
+        (x * x).sum().backward()
+        print("elementwise", "scipy.linalg" in sys.modules, x.grad.tolist())
+        print("numba's check", linalg.ensure_blas.__module__, arraymath._HAVE_BLAS)
+        w = tj.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        (w @ x.detach()).sum().backward()
+        print("product", "scipy.linalg.cython_blas" in sys.modules, w.grad.tolist())
+    """)
+    runs = []
+    for groups in (None, "all"):   # the groups a program uses, then every group (cached by the suite)
+        env = dict(os.environ)
+        env.pop("TAPEJIT_SWEEP_GROUPS", None)
+        if groups:
+            env["TAPEJIT_SWEEP_GROUPS"] = groups
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                             timeout=900, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        runs.append(out.stdout)
+    assert "elementwise False [2.0, 4.0]" in runs[0]
+    assert "numba's check numba.np.linalg True" in runs[0]
+    assert "elementwise True" in runs[1]     # the all-groups sweep holds the products
+    for run in runs:
+        assert "product True [[1.0, 2.0], [1.0, 2.0]]" in run
