@@ -113,7 +113,7 @@ class Tape:
         self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
         # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
-        # in cache, chunked.py); None: every value while tracing.
+        # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None
         self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
         _serial[0] += 1
