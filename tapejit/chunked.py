@@ -314,8 +314,7 @@ def _read_in_place(chunks, firsts, rows, cached):
     for r in np.flatnonzero(kind == _COPY).tolist():
         out = int(rows[r, 1])
         if out in cached:
-            source = int(rows[r, 2])
-            views[out] = (source if source >= 0 else ~source) + ~int(rows[r, 3])   # its element `start`
+            views[out] = _copied_from(rows[r])
             chunks[:, r, 4] = 0
     for r, field, enc in _aligned_reads(rows, kind) if views else ():
         first = views.get(enc if enc >= 0 else ~enc)
@@ -323,6 +322,13 @@ def _read_in_place(chunks, firsts, rows, cached):
             at = first + firsts
             chunks[:, r, field] = at if enc >= 0 else ~at
     return views
+
+
+def _copied_from(row):
+    """The arena position of a copy record's first element in its source (field b holds
+    ``~start``)."""
+    source = int(row[2])
+    return (source if source >= 0 else ~source) + ~int(row[3])
 
 
 def _aligned_reads(rows, kind):
@@ -417,7 +423,7 @@ def _add_in_place(chunks, firsts, rows, kind, flags):
             if (len(read) == 1 and read[0][2] >= 0 and read[0][0] < latest
                     and (flags is None or not flags[out])):
                 reader, field, _ = read[0]
-                at = source + ~int(rows[r, 3]) + firsts
+                at = _copied_from(rows[r]) + firsts
                 chunks[:, reader, field] = at
                 views.append(out)
                 in_place.append(at[at != source])   # the source's own flag is its gradient's
@@ -430,25 +436,25 @@ def _add_in_place(chunks, firsts, rows, kind, flags):
 def _backward_run(tape, sw, run, d, retain):
     start, end, chunks, cached, slots, mirrors, _, in_place, sums = run
     v, g, flags, freed = tape.vals[d], tape.adj[d], tape.flags[d], tape.freed
-    for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
-        flags[slot:slot + CHUNK * min(THREADS, len(chunks))] = 0
     k = len(chunks)
-    total = int(tape.rec[end - 1, 1]) if sums is not None else -1
-    if sums is not None:   # every chunk of the sum reads the sum's gradient from its copy
+    shares = min(THREADS, k)
+    for slot in cached:   # the scratch areas: each producer clears them again, chunk by chunk
+        flags[slot:slot + CHUNK * shares] = 0
+    total = None if sums is None else int(tape.rec[end - 1, 1])
+    if total is not None:   # every chunk of the sum reads the sum's gradient from its copy
         g[sums] = g[total]
         flags[sums] = flags[total]
-    apart = False
-    if min(THREADS, k) > 1 or len(in_place):
-        apart = _slice_sources_ready(tape.rec[start:end], g, flags, sums is not None) and min(THREADS, k) > 1
+    slices = (shares > 1 or len(in_place)) and _slice_sources_ready(tape.rec[start:end], g, flags,
+                                                                     total is not None)
     flags[mirrors] = np.tile(flags[slots], k - 1)
     flags[in_place] = 1
     freeds = np.repeat(freed[None, start:end], k, axis=0)
     status = np.empty(k, np.int64)
     _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status,
-                apart=apart)
+                apart=bool(slices) and shares > 1)
     flags[mirrors] = 0
     flags[in_place] = 0
-    if total >= 0:
+    if total is not None:
         flags[total] = 0   # the sum's own record has run, as the unchunked sweep marks it
     freed[start:end] = freeds[0]
     r = int(status[0])
@@ -456,9 +462,10 @@ def _backward_run(tape, sw, run, d, retain):
 
 
 def _slice_sources_ready(rows, g, flags, ends_in_sum):
-    """Before a backward run on several threads: the gradient of each slice's source that
-    the run will reach is zeroed and flagged, so that every chunk adds into it (a chunk's
-    first write would overwrite its neighbour's additions).  Which slices the sweep will
+    """Before a backward run on several threads, or one where slices' readers add into their
+    sources (``_add_in_place``): the gradient of each slice's source that the run will
+    reach is zeroed and flagged, so that every chunk adds into it (a chunk's first write
+    would overwrite its neighbour's additions).  Which slices the sweep will
     reach follows from the flags, as the sweep itself decides.  Returns whether the run
     has slices: their chunks must then run apart (``_shared_out``)."""
     kind = _kind_table()[rows[:, 0] >> 1]
