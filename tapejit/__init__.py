@@ -3,9 +3,7 @@
 ``import tapejit as tj`` gives tensors that record every op as a typed record on a flat
 tape; ``backward()`` runs one compiled sweep over it.  See README.md for a tour.
 """
-from tapejit import _blas_check
-_blas_check.defer()   # before Numba loads anything: see tapejit/_blas_check.py
-from tapejit import dtypes as _dtypes  # noqa: E402
+from tapejit import dtypes as _dtypes
 from tapejit.dtypes import (float32, float64, int64, bool_ as bool, double, float, long,  # noqa: A004
                             get_default_dtype, set_default_dtype)
 from tapejit.dtypes import dtype  # noqa: F401

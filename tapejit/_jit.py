@@ -7,6 +7,8 @@ to catch slot-index bugs that would otherwise corrupt memory).
 """
 from numba import njit
 
+from tapejit._numba_load import light_loading
+
 # error_model="numpy": a division by zero gives inf/nan as NumPy and PyTorch do,
 # instead of raising inside a sweep where the traceback would be useless.
 _COMMON = dict(error_model="numpy", nogil=True)
@@ -48,10 +50,11 @@ def small_kernel(fn):
 
 
 def sweep(fn):
-    """An entry point called from Python: cached on disk so a second process does not compile."""
-    return njit(cache=True, **_COMMON)(fn)
+    """An entry point called from Python: cached on disk so a second process does not compile
+    (and loads without Numba's compiler set-up: tapejit/_numba_load.py)."""
+    return light_loading(njit(cache=True, **_COMMON)(fn))
 
 
 def parallel_sweep(fn):
     """An entry point whose ``prange`` loops run across cores (batched replay)."""
-    return njit(cache=True, parallel=True, **_COMMON)(fn)
+    return light_loading(njit(cache=True, parallel=True, **_COMMON)(fn))

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from tapejit import _blas_check, chunked, registry
+from tapejit import _numba_load, chunked, registry
 
 _ARENA_DTYPES = (np.float64, np.float32)
 # Writes one record's six fields straight into the record column: no Python objects are
@@ -66,8 +66,8 @@ def sweeps(mask):
     from tapejit.codegen import load_sweeps
     everything = (1 << len(registry.GROUPS)) - 1
     mask = (mask | current) & everything
-    if mask & _LINALG:   # matrix products: Numba's BLAS check, deferred from start-up
-        _blas_check.ensure()
+    if mask & _LINALG:   # matrix products: Numba's BLAS check (tapejit/_numba_load.py)
+        _numba_load.ensure_blas()
     module = load_sweeps(mask)
     _process["groups"] = mask
     _process["module"] = module

@@ -138,34 +138,39 @@ def test_bytecode_is_written_when_python_would_not(tmp_path, monkeypatch):
     assert cached.stat().st_mtime >= Path(module.__file__).stat().st_mtime
 
 
-def test_scipy_linear_algebra_is_imported_only_for_matrix_products(tmp_path):
-    """Numba's import-time BLAS check (which imports ``scipy.linalg``) is deferred to the first
-    sweeps that multiply matrices (tapejit/_blas_check.py): an elementwise program's start-up
-    does not pay for it, a product still runs, and Numba's own check is left in place."""
+def test_cached_sweeps_load_without_numbas_compiler_set_up(tmp_path):
+    """A process whose sweeps are all cached never sets up Numba's compiler
+    (tapejit/_numba_load.py): an elementwise program imports neither Numba's array maths nor
+    ``scipy.linalg``.  Compiling something new afterwards still works, and so does a matrix
+    product, which runs Numba's BLAS check first."""
     script = textwrap.dedent("""
         import sys
+        import numpy as np
+        import numba
         import tapejit as tj
-        from numba.np import arraymath, linalg
         x = tj.tensor([1.0, 2.0], requires_grad=True)
         (x * x).sum().backward()
-        print("elementwise", "scipy.linalg" in sys.modules, x.grad.tolist())
-        print("numba's check", linalg.ensure_blas.__module__, arraymath._HAVE_BLAS)
+        print("elementwise", "numba.np.arraymath" in sys.modules, "scipy.linalg" in sys.modules,
+              x.grad.tolist())
+        fresh = numba.njit(lambda a: np.exp(a).sum())   # compiled here: the usual set-up
+        print("compiled", fresh(np.zeros(3)), "numba.np.arraymath" in sys.modules)
         w = tj.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
         (w @ x.detach()).sum().backward()
         print("product", "scipy.linalg.cython_blas" in sys.modules, w.grad.tolist())
     """)
     runs = []
-    for groups in (None, "all"):   # the groups a program uses, then every group (cached by the suite)
+    for groups in (None, "all"):   # the groups a program uses, then every group
         env = dict(os.environ)
         env.pop("TAPEJIT_SWEEP_GROUPS", None)
         if groups:
             env["TAPEJIT_SWEEP_GROUPS"] = groups
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                             timeout=900, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
+        for _ in range(2):         # the second run finds every sweep cached
+            out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                 text=True, timeout=900, cwd=tmp_path)
+            assert out.returncode == 0, out.stderr
         runs.append(out.stdout)
-    assert "elementwise False [2.0, 4.0]" in runs[0]
-    assert "numba's check numba.np.linalg True" in runs[0]
-    assert "elementwise True" in runs[1]     # the all-groups sweep holds the products
+    assert "elementwise False False [2.0, 4.0]" in runs[0]
+    assert "elementwise False True [2.0, 4.0]" in runs[1]   # the all-groups sweep holds products
     for run in runs:
+        assert "compiled 3.0 True" in run
         assert "product True [[1.0, 2.0], [1.0, 2.0]]" in run
