@@ -174,3 +174,34 @@ def test_cached_sweeps_load_without_numbas_compiler_set_up(tmp_path):
     for run in runs:
         assert "compiled 3.0 True" in run
         assert "product True [[1.0, 2.0], [1.0, 2.0]]" in run
+
+
+def test_a_failed_light_load_is_retried_with_numbas_set_up(monkeypatch):
+    """``SweepCache`` skips the target's refresh; if its load fails anyway, the load is
+    retried Numba's usual way (refresh, then load), and that result is returned."""
+    from tapejit import _jit, _numba_load
+
+    dispatcher = _jit.sweep(_sweep_fixture)
+    cache = dispatcher._cache
+    assert type(cache) is _numba_load.SweepCache
+
+    calls = []
+
+    class Target:
+        def refresh(self):
+            calls.append("refresh")
+
+    def load(sig, target_context):
+        calls.append("load")
+        if calls.count("load") == 1:
+            raise OSError("unreadable cache entry")
+        return "rebuilt"
+
+    monkeypatch.setattr(_numba_load.rtsys, "initialize", lambda ctx: calls.append("nrt"))
+    monkeypatch.setattr(cache, "_load_overload", load)
+    assert cache.load_overload((), Target()) == "rebuilt"
+    assert calls == ["nrt", "load", "refresh", "load"]
+
+
+def _sweep_fixture(x):
+    return x + 1
