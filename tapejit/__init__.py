@@ -24,7 +24,7 @@ from tapejit.tape import Tape  # noqa: F401
 from tapejit.replay import compile, CompileError  # noqa: F401,A004
 
 _install(globals(), Tensor)
-FloatTensor = DoubleTensor = LongTensor = BoolTensor = Tensor
+from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  # noqa: E402,F401
 
 __version__ = "0.1.0"
 

@@ -8,14 +8,15 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Size, Tensor, _concrete
 
 _rng = [np.random.default_rng()]
 
 
 def _infer_np_dtype(data):
-    """NumPy dtype torch would give a nested Python sequence of scalars."""
-    kind = [bool]
+    """NumPy dtype torch would give a nested Python sequence of scalars (the default float
+    dtype when it holds none)."""
+    kind = [None]
 
     def walk(x):
         if isinstance(x, (list, tuple)):
@@ -24,19 +25,22 @@ def _infer_np_dtype(data):
         elif isinstance(x, Tensor):
             if x._dtype.is_floating_point:
                 kind[0] = float
-            elif x._dtype is dtypes.int64 and kind[0] is bool:
+            elif x._dtype is dtypes.int64 and kind[0] in (None, bool):
                 kind[0] = int
+            elif kind[0] is None:
+                kind[0] = bool
         elif isinstance(x, (builtins.bool, np.bool_)):
-            pass
+            if kind[0] is None:
+                kind[0] = bool
         elif isinstance(x, (numbers.Integral,)):
-            if kind[0] is bool:
+            if kind[0] in (None, bool):
                 kind[0] = int
         elif isinstance(x, numbers.Real):
             kind[0] = float
         else:
             raise TypeError(f"tensor(): could not infer dtype of {type(x).__name__}")
     walk(data)
-    if kind[0] is float:
+    if kind[0] is None or kind[0] is float:
         return dtypes.get_default_dtype().np
     return np.int64 if kind[0] is int else np.bool_
 
@@ -63,6 +67,41 @@ def _to_array(data, dtype):
     if dt is None:
         dt = dtypes.as_dtype(arr.dtype)
     return np.array(arr, dtype=dt.np, copy=True, order="C")
+
+
+def legacy_array(args, dtype):
+    """The array of ``Tensor(*args)``: data, or sizes (zeros, where torch leaves the memory
+    uninitialized), in ``dtype`` or the default float dtype."""
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.get_default_dtype()
+    if not args:
+        return np.zeros(0, dt.np)
+    if len(args) == 1 and isinstance(args[0], Size):
+        args = tuple(args[0])
+    if all(type(a) is int for a in args):
+        if any(s < 0 for s in args):
+            raise RuntimeError(f"Tensor(): negative dimension in sizes {list(args)}")
+        return np.zeros(args, dt.np)
+    if len(args) > 1:
+        raise TypeError(f"Tensor(): expected one sequence of data or integer sizes, got "
+                        f"({', '.join(type(a).__name__ for a in args)})")
+    return _to_array(args[0], dt)
+
+
+class _TypedTensor(type):
+    """``FloatTensor`` and its kin: constructors of one dtype, and ``isinstance`` tests of
+    a tensor's dtype, as in torch."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj._dtype is cls.dtype
+
+    def __call__(cls, *data):
+        return Tensor(*data, dtype=cls.dtype)
+
+
+FloatTensor = _TypedTensor("FloatTensor", (), {"dtype": dtypes.float32})
+DoubleTensor = _TypedTensor("DoubleTensor", (), {"dtype": dtypes.float64})
+LongTensor = _TypedTensor("LongTensor", (), {"dtype": dtypes.int64})
+BoolTensor = _TypedTensor("BoolTensor", (), {"dtype": dtypes.bool_})
 
 
 def _unwrap(seq):

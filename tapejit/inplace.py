@@ -12,6 +12,8 @@ from tapejit import registry
 from tapejit.tape import state
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
+LEAF_VIEW_ERROR = ("a view of a leaf Variable that requires grad is being used in an in-place "
+                   "operation.")
 
 
 def _saving_records(tape, arena, off, before):
@@ -90,6 +92,56 @@ def apply_inplace(t, compute, op="in-place op"):
 
     ``compute`` records the out-of-place result; records it adds are the in-place op's
     own, so only earlier records that saved ``t``'s old value are marked."""
+    view = getattr(t, "_view", None)
+    if view is not None:
+        return _through_view(t, view, compute, op)
+    return _apply(t, compute, op)
+
+
+def _through_view(t, view, compute, op):
+    """An in-place op on a view of a recorded tensor: the view's elements of its base are
+    replaced too (PyTorch's ``CopySlices``), as ``base[view] = new value``.  A view is a copy
+    on the tape, so if the base changed since the view was taken, the view is first taken
+    again: the op then sees what PyTorch's view would hold."""
+    from tapejit.ops.movement import ONE_OF_SEVERAL, assign_positions, view_again, view_positions
+    if view is ONE_OF_SEVERAL:
+        raise RuntimeError(
+            f"{op}: an output of UnbindBackward0 is a view and is being modified inplace. This view "
+            f"is the output of a function that returns multiple views (iterating a tensor, unbind). "
+            f"Such functions do not allow the output views to be modified inplace. You should replace "
+            f"the inplace operation by an out-of-place one.")
+    base, where, (tape, off, version) = view
+    if base._tape is None and base._rg and state.grad:
+        raise RuntimeError(LEAF_VIEW_ERROR)
+    positions = view_positions(base, where, t._shape)
+    if len(np.unique(positions)) != positions.size:
+        raise RuntimeError(
+            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
+            f"a single memory location (a view of shape {list(t._shape)} of a tensor of shape "
+            f"{list(base._shape)}). Please clone() the tensor before performing the operation.")
+    if tape is not base._tape or off != base._off or (
+            version is not None and version != getattr(base, "_version", 0)):
+        _rebind(t, view_again(base, where, t._shape))
+    t._view = None   # the op itself, on the view alone
+    try:
+        _apply(t, compute, op)
+    finally:
+        t._view = view
+    assign_positions(base, positions, t)
+    t._view = (base, where, (base._tape, base._off, getattr(base, "_version", 0)))
+    return t
+
+
+def _rebind(t, other):
+    """``t`` takes ``other``'s value and history (the rest of ``t`` stays)."""
+    t._tape = other._tape
+    t._off = other._off
+    t._rg = other._rg
+    t._data = getattr(other, "_data", None) if other._tape is None else None
+    t._node = None
+
+
+def _apply(t, compute, op):
     from tapejit.recording import cast
     check_leaf(t, op)
     tape = state.tape

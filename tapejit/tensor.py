@@ -70,14 +70,16 @@ _NON_LEAF_GRAD = (
 
 class Tensor:
     __slots__ = ("_tape", "_off", "_data", "_shape", "_numel", "_dtype", "_rg", "_grad",
-                 "_version", "_hooks", "_retains", "_node", "__weakref__")
+                 "_version", "_hooks", "_retains", "_node", "_view", "__weakref__")
 
     # Make NumPy defer to our reflected operators (``ndarray * tensor``) and ufunc hooks.
     __array_priority__ = 1000
 
-    def __init__(self, data=None, dtype=None):
-        from tapejit.creation import _to_array
-        arr = _to_array([] if data is None else data, dtype)
+    def __init__(self, *data, dtype=None):
+        """``Tensor(data)`` or ``Tensor(*sizes)``: torch's legacy constructor, whose result
+        has the default float dtype whatever ``data`` holds (``tensor()`` infers it)."""
+        from tapejit.creation import legacy_array
+        arr = legacy_array(data, dtype)
         self._tape = None
         self._off = 0
         self._data = arr

@@ -31,6 +31,35 @@ def test_tensor_dtype_inference():
     assert tj.tensor([[1, 2], [3, 4]]).shape == (2, 2)
 
 
+def test_tensor_of_no_values_has_the_default_float_dtype():
+    assert tj.tensor([]).dtype == tj.float32
+    assert tj.tensor([[], []]).shape == (2, 0) and tj.tensor([[], []]).dtype == tj.float32
+    assert tj.tensor([], dtype=tj.int64).dtype == tj.int64
+    assert tj.tensor([True, 1]).dtype == tj.int64
+
+
+def test_legacy_constructors_give_their_dtype():
+    """``Tensor(data)`` has the default float dtype whatever ``data`` holds, and
+    ``Tensor(*sizes)`` makes a tensor of that shape; the typed ones fix the dtype and test
+    it in ``isinstance``, as in torch."""
+    assert tj.Tensor([1, 2]).dtype == tj.float32
+    assert tj.Tensor(np.arange(3)).dtype == tj.float32
+    assert tj.Tensor().shape == (0,)
+    assert tj.Tensor(2, 3).shape == (2, 3) and tj.Tensor(2, 3).dtype == tj.float32
+    assert tj.Tensor(tj.Size([4])).shape == (4,)
+    assert tj.FloatTensor([1, 2]).dtype == tj.float32
+    assert tj.DoubleTensor([1, 2]).dtype == tj.float64
+    assert tj.LongTensor([1.7, 2]).tolist() == [1, 2]
+    assert tj.BoolTensor([0, 1]).dtype == tj.bool
+    assert isinstance(tj.ones(2), tj.FloatTensor) and not isinstance(tj.ones(2), tj.DoubleTensor)
+    assert isinstance(tj.tensor([1]), tj.LongTensor) and not isinstance(np.ones(2), tj.FloatTensor)
+    with pytest.raises(TypeError, match=r"Tensor\(\): expected one sequence of data or integer sizes, "
+                                        r"got \(list, int\)"):
+        tj.Tensor([1], 2)
+    with pytest.raises(RuntimeError, match=r"negative dimension in sizes \[2, -1\]"):
+        tj.Tensor(2, -1)
+
+
 def test_numpy_float64_stays_float64():
     a = np.array([1.0, 2.0])
     assert tj.tensor(a).dtype == tj.float64

@@ -520,3 +520,20 @@ def test_autograd_grad_unused_input():
     u = tj.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="appears to not have been used in the graph. Set allow_unused=True"):
         tj.autograd.grad((x * 2).sum(), [x, u])
+
+
+def test_reductions_over_nothing():
+    """As torch: the mean of no elements is nan (with and without a gradient), and max/min
+    along an empty dim is an IndexError naming the dim and the shape."""
+    assert np.isnan(tj.zeros(0).mean().item())
+    x = tj.tensor([1.0, 200.0], requires_grad=True)
+    picked = x[x > 1000]
+    m = picked.mean()
+    assert np.isnan(m.item())
+    m.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(tj.zeros(0, 3).mean(0).numpy(), [np.nan] * 3)
+    for name in ("max", "min"):
+        with pytest.raises(IndexError, match=rf"{name}\(\): Expected reduction dim 0 to have non-zero "
+                                             rf"size \(input of shape \[0, 3\]\)"):
+            getattr(tj.zeros(0, 3), name)(dim=0)

@@ -14,6 +14,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.creation import as_tensor as _as_tensor
 from tapejit.grad_mode import no_grad
 from tapejit.nn.parameter import Parameter, set_leaf_value
 from tapejit.printing import type_name
@@ -337,7 +338,7 @@ class Module:
                 continue
             value = state_dict[key]
             if isinstance(value, np.ndarray):
-                value = Tensor(value)
+                value = _as_tensor(value)
             if not isinstance(value, Tensor):
                 errors.append(f'While copying the parameter named "{key}", expected torch.Tensor or '
                               f"Tensor-like object from checkpoint but received {type(value)}")

@@ -440,7 +440,7 @@ def fill_(input, value):
     check_leaf(input, "fill_")
     if isinstance(value, Tensor):
         value = value.item()
-    if input._tape is None:
+    if input._tape is None and getattr(input, "_view", None) is None:
         note_leaf_write(input)   # refused while tracing for a tensor from outside the function
         input._data.fill(value)
         return input

@@ -285,16 +285,52 @@ from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
 
 
 def _plain(t):
-    """A tensor whose shape ops can be NumPy views (no tape, no gradient): torch aliasing.
-    While tracing, only the trace's own tensors: one from outside is loaded (read live)."""
-    return t._tape is None and not t._rg and (_state.trace is None or id(t) in _state.trace.readable)
+    """A tensor whose shape ops can be NumPy views (no tape, no gradient wanted): torch
+    aliasing, also for a parameter's views under ``no_grad``.  While tracing, only the
+    trace's own tensors: one from outside is loaded (read live)."""
+    return (t._tape is None and (not t._rg or not _state.grad)
+            and (_state.trace is None or id(t) in _state.trace.readable))
+
+
+# A view of a recorded tensor is a record of its own (a copy on the tape), so it carries
+# ``_view = (base, where, stamp)`` for in-place ops to write through to its base
+# (tapejit/inplace.py): ``where`` is the first element for a contiguous view, or
+# ``(sizes, strides, start)``; ``stamp`` is ``(base._tape, base._off, version)`` when the
+# view was taken (version None: not read), which tells whether the base changed since.
+# Views of tensors with no history are NumPy views instead (``_plain``), sharing memory.
+
+#: ``_view`` of a row from iterating a tensor (``unbind``), which torch refuses to modify in place
+ONE_OF_SEVERAL = "unbind"
+
+
+def _viewed(t, x, where):
+    t._view = (x, where, (x._tape, x._off, None))
+    return t
+
+
+def view_positions(base, where, shape):
+    """Flat positions in ``base`` of a view's elements, in the view's shape."""
+    if type(where) is int:
+        return np.arange(where, where + _numel(shape), dtype=np.int64).reshape(shape)
+    sizes, strides, start = where
+    flat = np.arange(max(base._numel, 1), dtype=np.int64)
+    return np.lib.stride_tricks.as_strided(flat[start:], shape=sizes,
+                                           strides=[s * flat.itemsize for s in strides]).copy()
+
+
+def view_again(base, where, shape):
+    """The view ``where`` of ``base`` as it is now."""
+    if type(where) is int:
+        return _copy_range(SLICE, base, where, _numel(shape), shape)
+    sizes, strides, start = where
+    return strided_view(STRIDED_SLICE, base, sizes, strides, start)
 
 
 def _copy_range(op, x, start, n, shape):
     """Record ``x``'s elements ``start .. start+n`` as a tensor of ``shape`` (hot path)."""
     rg = x._rg and _state.grad
     if not rg and not _state.eager:
-        return eager(_copy_range, op, x, start, n, shape)
+        return _range_view(eager(_copy_range, op, x, start, n, shape), op, x, start)
     tape = _state.tape or _current()
     dt = x._dtype
     xo = x._off if x._tape is tape else _operand(tape, x, dt)
@@ -309,7 +345,15 @@ def _copy_range(op, x, start, n, shape):
     _pack(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
     tape.n = r + 1
     tape.groups |= op.bit
-    return _taped(tape, off, shape, n, dt, rg)
+    return _range_view(_taped(tape, off, shape, n, dt, rg), op, x, start)
+
+
+def _range_view(t, op, x, start):
+    """``t``, the elements from ``start`` of ``x``, marked as a view unless it is a clone."""
+    if op is UNBIND:
+        t._view = ONE_OF_SEVERAL
+        return t
+    return t if op is CLONE else _viewed(t, x, start)
 
 
 def _rows(x):
@@ -337,7 +381,9 @@ def _rows(x):
             tape.grow()
         _pack(tape.packed, r * 48, code, off, xo, ~(i * inner), inner, size)
         tape.n = r + 1
-        out.append(_taped(tape, off, rest, inner, dt, True))
+        t = _taped(tape, off, rest, inner, dt, True)
+        t._view = ONE_OF_SEVERAL   # a constant: no allocation in the scalar graphs' hot path
+        out.append(t)
     tape.groups |= UNBIND.bit
     return out
 
@@ -351,12 +397,13 @@ def strided_view(op, x, sizes, strides, start):
         return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
     if not sizes:
         return _copy_range(op, x, start, 1, ())
+    where = (tuple(sizes), tuple(strides), start)
     if not on_tape(x):
-        return eager(strided_view, op, x, sizes, strides, start)
+        return _viewed(eager(strided_view, op, x, sizes, strides, start), x, where)
     tape = _state.tape or _current()
     nd = len(sizes)
     p = tape.add_ints((nd, start, max(x._numel, 1)) + tuple(sizes) + tuple(strides))
-    return record(op, (x,), sizes, x._dtype, p, _numel(sizes))
+    return _viewed(record(op, (x,), sizes, x._dtype, p, _numel(sizes)), x, where)
 
 
 def _resolve_shape(shape, n, op):
@@ -685,7 +732,7 @@ def _gather(op, x, positions):
 
 @export(function=False, dunders=("__setitem__",))
 def setitem(input, key, value):
-    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    from tapejit.inplace import check_leaf, note_leaf_write
     check_leaf(input, "setitem")
     key = _norm_key(key)
     if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
@@ -693,7 +740,18 @@ def setitem(input, key, value):
         note_leaf_write(input)
         input._data[key] = v
         return
-    pos = _index_positions(input._shape, key)
+    assign_positions(input, _index_positions(input._shape, key), value)
+
+
+def assign_positions(input, pos, value):
+    """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
+    in the shape ``value`` is broadcast to)."""
+    from tapejit.inplace import apply_inplace, note_leaf_write
+    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
+        v = value._value() if isinstance(value, Tensor) else value
+        note_leaf_write(input)
+        input._data.flat[pos.reshape(-1)] = np.broadcast_to(v, pos.shape).reshape(-1)
+        return
     value = as_tensor_operand(value, input)
     if value._dtype is not input._dtype:
         value = _cast(value, input._dtype)

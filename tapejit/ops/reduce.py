@@ -353,9 +353,7 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
     if not on_tape(x):
         return eager(_sum_like, op, x, dim, keepdim, scale_by_count)
     count = _numel([x._shape[d] for d in dims]) if x._shape else 1
-    scale = 1.0 / count if scale_by_count else 1.0
-    if scale_by_count and count == 0:
-        scale = float("nan")
+    scale = (1.0 / count if count else float("nan")) if scale_by_count else 1.0   # torch: mean of nothing is nan
     tape = _state.tape or _current()
     p = tape.add_ints(sum_layout(x._shape, dims))
     q = tape.add_floats(scale)
@@ -425,6 +423,10 @@ def _extreme(input, dim, keepdim, largest):
     d = wrap_dim(dim, len(input._shape), "max" if largest else "min")
     if not input._shape:
         return return_types(input * 1, _concrete(np.zeros((), np.int64)))
+    if input._shape[d] == 0:
+        name = "max" if largest else "min"
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size "
+                         f"(input of shape {list(input._shape)})")
     v = input._value()
     idx = np.argmax(v, axis=d) if largest else np.argmin(v, axis=d)
     if v.dtype.kind == "f":
