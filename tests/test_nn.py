@@ -304,6 +304,7 @@ def test_state_dict_keys_values_and_round_trip():
     weight_before = b.first.fc.weight
     result = b.load_state_dict(state)
     assert result.missing_keys == [] and result.unexpected_keys == []
+    assert repr(result) == "<All keys matched successfully>"   # what a script prints, as in torch
     assert b.first.fc.weight is weight_before                # copied in place
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         np.testing.assert_array_equal(value(p), value(q), err_msg=name)
@@ -332,6 +333,7 @@ def test_load_state_dict_errors():
         "the shape in current model is tapejit.Size([2, 2]).")
     result = layer.load_state_dict({"weight": tj.full((2, 2), 2.0), "extra": tj.ones(1)}, strict=False)
     assert result.missing_keys == ["bias"] and result.unexpected_keys == ["extra"]
+    assert repr(result) == "_IncompatibleKeys(missing_keys=['bias'], unexpected_keys=['extra'])"  # torch's text
     np.testing.assert_array_equal(value(layer.weight), 2.0)
     with pytest.raises(RuntimeError, match="size mismatch for bias"):
         layer.load_state_dict({"bias": tj.ones(5)}, strict=False)
