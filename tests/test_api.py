@@ -734,3 +734,23 @@ def test_cpu_device_in_every_spelling():
 def test_other_devices_are_refused(call):
     with pytest.raises(RuntimeError, match="tapejit runs on the CPU only; device '(cuda|cuda:0|mps)' is not available"):
         call()
+
+
+def test_view_as_a_dtype_reads_the_same_bytes():
+    """As torch: ``view(dtype)`` reinterprets the bits (no gradient), it does not convert."""
+    x = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    bits = x.view(tj.int64)
+    assert bits.dtype == tj.int64 and not bits.requires_grad
+    assert bits.tolist() == np.array([1.0, 2.0]).view(np.int64).tolist()
+    pair = tj.tensor([1.0, 2.0]).view(tj.int64)
+    assert pair.shape == (1,) and pair.tolist() == np.array([1.0, 2.0], np.float32).view(np.int64).tolist()
+    assert (x * 2).view(tj.int64).tolist() == np.array([2.0, 4.0]).view(np.int64).tolist()
+    plain = tj.zeros(2, dtype=tj.float64)
+    plain.view(tj.int64)[0] = np.array([3.0]).view(np.int64)[0]
+    assert plain.tolist() == [3.0, 0.0]                        # shares memory, as torch
+    assert tj.tensor([1.0, 2.0]).view(tj.float32).tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError, match=r"view: self.size\(-1\) must be divisible by 2 to view Float "
+                                           r"as Long \(different element sizes\), but got 3"):
+        tj.ones(3).view(tj.int64)
+    with pytest.raises(RuntimeError, match="self.dim\\(\\) cannot be 0 to view Float as Double"):
+        tj.tensor(1.0).view(tj.float64)

@@ -437,8 +437,28 @@ def reshape(input, *shape):
 @export(method=True, function=False)
 def view(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], (_dtypes.dtype, type, np.dtype)):
-        return input.to(shape[0])
+        return _bits_as(input, _dtypes.as_dtype(shape[0]))
     return _reshaped(input, _resolve_shape(shape, input._numel, "view"))
+
+
+_TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+
+
+def _bits_as(input, dt):
+    """``view(dtype)``: the same bytes read as ``dt`` (no gradient), as torch; the last
+    dimension scales when the element sizes differ."""
+    if dt is input._dtype:
+        return input
+    old, new = input._dtype.itemsize, dt.itemsize
+    names = f"{_TORCH_NAMES[input._dtype.name]} as {_TORCH_NAMES[dt.name]}"
+    if old != new:
+        if not input._shape:
+            raise RuntimeError(f"view: self.dim() cannot be 0 to view {names} (different element sizes)")
+        if (input._shape[-1] * old) % new:
+            raise RuntimeError(f"view: self.size(-1) must be divisible by {new // old} to view {names} "
+                               f"(different element sizes), but got {input._shape[-1]}")
+    bits = np.ascontiguousarray(input._value()).view(dt.np)
+    return _concrete(bits if _plain(input) else bits.copy())   # a tape's slots are reused
 
 
 @export(method=True, function=False)
