@@ -25,6 +25,8 @@ from tapejit.replay import compile, CompileError  # noqa: F401,A004
 
 _install(globals(), Tensor)
 from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  # noqa: E402,F401
+from tapejit.serialization import save, load  # noqa: E402,F401
+from tapejit import utils  # noqa: E402,F401
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,8 @@ class dtype:
         return f"tapejit.{self.name}"
 
     def __reduce__(self):
-        return self.name
+        # By reference to this module's attribute: the bool dtype is ``bool_`` here.
+        return "bool_" if self.name == "bool" else self.name
 
 
 float64 = dtype("float64", np.float64, True, 0)

@@ -23,6 +23,7 @@ from tapejit.nn.loss import (
 )
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
+from tapejit.nn import utils  # noqa: F401
 
 __all__ = [
            "GELU",
