@@ -458,6 +458,53 @@ def min(input, dim=None, keepdim=False):
     return _extreme(input, dim, keepdim, False)
 
 
+def _order(input, dim, descending, op):
+    """Indices sorting ``input`` along ``dim``, as torch: ties keep their order, NaN counts
+    as the largest value.  Returns ``(dim, indices)``."""
+    from tapejit.shapes import wrap_dim
+    v = input._value()
+    if not input._shape:
+        return 0, np.zeros((), np.int64)
+    d = wrap_dim(dim, len(input._shape), op)
+    if not descending:
+        return d, np.argsort(v, axis=d, kind="stable")
+    # Sorting the reversed values ascending and reversing back keeps ties in their first
+    # order (and NaN first); the positions then count from the end.
+    last = input._shape[d] - 1
+    return d, last - np.flip(np.argsort(np.flip(v, d), axis=d, kind="stable"), d)
+
+
+def _taken(input, d, idx):
+    """``input``'s elements at ``idx`` along ``d``: a gather, so the gradient flows back."""
+    from tapejit.ops.movement import gather
+    if not input._shape:
+        return input * 1 if input._dtype.is_floating_point else _concrete(input._value().copy())
+    return gather(input, d, _concrete(np.array(idx, np.int64)))
+
+
+@export(method=True)
+def sort(input, dim=-1, descending=False, stable=False):
+    d, idx = _order(input, dim, descending, "sort")
+    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+
+
+@export(method=True)
+def argsort(input, dim=-1, descending=False, stable=False):
+    return _concrete(np.array(_order(input, dim, descending, "argsort")[1], np.int64))
+
+
+@export(method=True)
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """The ``k`` largest (or smallest) elements along ``dim``, always in sorted order."""
+    d, idx = _order(input, dim, largest, "topk")
+    size = input._shape[d] if input._shape else 1
+    if not 0 <= k <= size:
+        raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {size} along dim {dim} "
+                           f"of a tensor of shape {list(input._shape)})")
+    idx = np.take(idx, np.arange(k), axis=d) if input._shape else idx
+    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+
+
 @export(method=True)
 def argmax(input, dim=None, keepdim=False):
     v = input._value()
