@@ -6,6 +6,7 @@ import numbers
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.api import export
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
 from tapejit.tensor import Size, Tensor, _concrete
@@ -192,6 +193,32 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
         elif isinstance(fill_value, numbers.Integral):
             dtype = dtypes.int64
     return _leaf(np.full(_shape_arg((size,)), fill_value, _float_dtype(dtype).np), requires_grad)
+
+
+@export(method=True, function=False)
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    """A tensor of ``data`` with this tensor's dtype unless ``dtype`` is given."""
+    return tensor(data, dtype=_like(self, dtype), device=device, requires_grad=requires_grad)
+
+
+@export(method=True, function=False)
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    return zeros(*size, dtype=_like(self, dtype), device=device, requires_grad=requires_grad)
+
+
+@export(method=True, function=False)
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    return ones(*size, dtype=_like(self, dtype), device=device, requires_grad=requires_grad)
+
+
+@export(method=True, function=False)
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+    return empty(*size, dtype=_like(self, dtype), device=device, requires_grad=requires_grad)
+
+
+@export(method=True, function=False)
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(size, fill_value, dtype=_like(self, dtype), device=device, requires_grad=requires_grad)
 
 
 def _like(t, dtype):

@@ -982,6 +982,32 @@ def unbind(input, dim=0):
     return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
 
 
+# ---- masked_fill ----------------------------------------------------------------------------
+
+@export(method=True)
+def masked_fill(input, mask, value):
+    """``input`` with ``value`` where ``mask`` is True (``mask`` broadcasts to ``input``'s
+    shape); the gradient goes to ``input`` elsewhere, and to a 0-d tensor ``value``."""
+    m = mask._value() if isinstance(mask, Tensor) else np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_fill: only supports boolean masks, but got mask with dtype "
+                           f"{_dtypes.as_dtype(m.dtype).name if m.dtype.kind in 'fiub' else m.dtype}")
+    if isinstance(value, Tensor) and value._shape:
+        raise RuntimeError(f"masked_fill: only supports a 0-dimensional value tensor, but got tensor "
+                           f"with {len(value._shape)} dimension(s).")
+    if broadcast_shapes("masked_fill", m.shape, input._shape) != input._shape:
+        raise RuntimeError(f"masked_fill: the mask's shape {list(m.shape)} does not broadcast to the "
+                           f"input's shape {list(input._shape)}")
+    out = where(_concrete(m), value, input)
+    return out if out._dtype is input._dtype else _cast(out, input._dtype)
+
+
+@export(method=True, function=False)
+def masked_fill_(input, mask, value):
+    from tapejit.inplace import apply_inplace
+    return apply_inplace(input, lambda: masked_fill(input, mask, value), "masked_fill_")
+
+
 # ---- where --------------------------------------------------------------------------------
 
 @export(method=False)

@@ -505,6 +505,20 @@ export(_unary_front(NEG, "neg", _np.negative), name="__neg__", method=False, fun
 export(_unary_front(ABS, "abs", _np.abs), function=False, dunders=("__abs__",))
 
 
+def _inplace_front(name, front):
+    def inplace(input):
+        from tapejit.inplace import apply_inplace
+        return apply_inplace(input, lambda: front(input), name)
+    inplace.__name__ = inplace.__qualname__ = name
+    inplace.__doc__ = f"``{name[:-1]}`` in place."
+    return inplace
+
+
+for _name in ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+              "tanh", "sigmoid", "relu", "erf"):
+    export(_inplace_front(_name + "_", globals()[_name]), method=True, function=False)
+
+
 @export(method=True)
 def clamp(input, min=None, max=None):
     """Clamp into ``[min, max]``; the gradient passes where ``min <= x <= max``."""
@@ -533,6 +547,26 @@ export(clamp, name="clip", method=True)
 def clamp_(input, min=None, max=None):
     from tapejit.inplace import apply_inplace
     return apply_inplace(input, lambda: clamp(input, min, max), "clamp_")
+
+
+@export(method=True)
+def clamp_min(input, min):
+    return clamp(input, min=min)
+
+
+@export(method=True)
+def clamp_max(input, max):
+    return clamp(input, max=max)
+
+
+@export(method=True, function=False)
+def clamp_min_(input, min):
+    return clamp_(input, min=min)
+
+
+@export(method=True, function=False)
+def clamp_max_(input, max):
+    return clamp_(input, max=max)
 
 
 def softplus(input, beta=1.0, threshold=20.0):
