@@ -2,19 +2,25 @@
 from tapejit.nn import functional, init
 from tapejit.nn.containers import ModuleList, Sequential
 from tapejit.nn.layers import (
+           ELU,
            GELU,
            Dropout,
            Embedding,
            Flatten,
            Identity,
            LayerNorm,
+           LeakyReLU,
            Linear,
+           LogSoftmax,
            ReLU,
            Sigmoid,
+           SiLU,
+           Softmax,
            Softplus,
            Tanh,
 )
 from tapejit.nn.loss import (
+           BCELoss,
            BCEWithLogitsLoss,
            CrossEntropyLoss,
            L1Loss,
@@ -26,7 +32,9 @@ from tapejit.nn.parameter import Parameter
 from tapejit.nn import utils  # noqa: F401
 
 __all__ = [
+           "ELU",
            "GELU",
+           "BCELoss",
            "BCEWithLogitsLoss",
            "CrossEntropyLoss",
            "Dropout",
@@ -35,7 +43,9 @@ __all__ = [
            "Identity",
            "L1Loss",
            "LayerNorm",
+           "LeakyReLU",
            "Linear",
+           "LogSoftmax",
            "MSELoss",
            "Module",
            "ModuleList",
@@ -44,6 +54,8 @@ __all__ = [
            "ReLU",
            "Sequential",
            "Sigmoid",
+           "SiLU",
+           "Softmax",
            "Softplus",
            "Tanh",
            "functional",

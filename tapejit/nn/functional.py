@@ -10,6 +10,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.creation import rng as _rng
 from tapejit.nn.losses import (
+    binary_cross_entropy,
     binary_cross_entropy_with_logits,
     cross_entropy,
     l1_loss,
@@ -19,14 +20,15 @@ from tapejit.nn.losses import (
 from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import linear
 from tapejit.ops.movement import where as _where
-from tapejit.ops.unary import gelu, leaky_relu, sigmoid, softplus, tanh
+from tapejit.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh
+from tapejit.ops.unary import leaky_relu as _leaky_relu
 from tapejit.ops.unary import relu as _relu
 from tapejit.printing import type_name
 from tapejit.tensor import Tensor, _concrete
 
-__all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "dropout", "embedding", "gelu", "l1_loss",
-           "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "relu",
-           "sigmoid", "softmax", "softplus", "tanh"]
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
+           "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss",
+           "nll_loss", "normalize", "one_hot", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh"]
 
 
 def relu(input, inplace=False):
@@ -34,6 +36,38 @@ def relu(input, inplace=False):
         from tapejit.inplace import apply_inplace
         return apply_inplace(input, lambda: _relu(input), "relu_")
     return _relu(input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    if inplace:
+        from tapejit.inplace import apply_inplace
+        return apply_inplace(input, lambda: _leaky_relu(input, negative_slope), "leaky_relu_")
+    return _leaky_relu(input, negative_slope)
+
+
+def silu(input, inplace=False):
+    """``x * sigmoid(x)``."""
+    if inplace:
+        from tapejit.inplace import apply_inplace
+        return apply_inplace(input, lambda: silu(input), "silu_")
+    return input * sigmoid(input)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``; the gradient at 0 is ``alpha``, as
+    torch's."""
+    if inplace:
+        from tapejit.inplace import apply_inplace
+        return apply_inplace(input, lambda: elu(input, alpha), "elu_")
+    # relu'(0) = 0 and clamp passes the gradient at its bound, so the kink's gradient is alpha.
+    # Clamping (not tapejit.where) keeps exp from overflowing on the unused branch (0 * inf is
+    # NaN) and reads no values, so the composition can be traced.
+    return _relu(input) + expm1(clamp(input, max=0.0)) * alpha
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """``input`` divided by its ``p``-norm along ``dim``, the norm clamped below at ``eps``."""
+    return input / clamp(input.norm(p, dim, keepdim=True), min=eps)
 
 
 def dropout(input, p=0.5, training=True, inplace=False):

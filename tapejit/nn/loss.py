@@ -48,6 +48,11 @@ class CrossEntropyLoss(_WeightedLoss):
                                     reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        return losses.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
 class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight=None, reduction="mean", pos_weight=None):
         super().__init__(reduction)

@@ -14,7 +14,7 @@ from tapejit import dtypes
 from tapejit.ops.activation import log_softmax
 from tapejit.ops.linalg import dot
 from tapejit.ops.movement import INDEX, _gather, where
-from tapejit.ops.unary import softplus
+from tapejit.ops.unary import clamp, log, softplus
 from tapejit.recording import broadcast_shapes
 from tapejit.replay import labels
 from tapejit.tape import current
@@ -264,6 +264,34 @@ def _probability_cross_entropy(log_probs, target, class_dim, weights, reduction,
 
 
 # ---- binary cross-entropy -------------------------------------------------------------------
+
+def _log_at_least_minus_100(x):
+    """``max(log(x), -100)`` for ``x`` in [0, 1], as torch's ``binary_cross_entropy``."""
+    # Clamping first keeps log's gradient finite at x = 0 (0 / 0 is NaN); 1e-44 is below
+    # exp(-100) and still a float32 subnormal.
+    return clamp(log(clamp(x, min=1e-44)), min=-100.0)
+
+
+def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
+    """``-w [t log(x) + (1 - t) log(1 - x)]`` of probabilities ``input``, each log clamped
+    at -100."""
+    check_reduction(reduction)
+    if not isinstance(target, Tensor):
+        raise TypeError(f"binary_cross_entropy(): argument 'target' must be Tensor, not {type(target).__name__}")
+    if target._shape != input._shape:
+        raise ValueError(f"Using a target size ({target.shape}) that is different to the input size "
+                         f"({input.shape}) is deprecated. Please ensure they have the same size.")
+    log_x = _log_at_least_minus_100(input)
+    log_rest = _log_at_least_minus_100(1.0 - input)
+    if _needs_grad(target):
+        loss = (target - 1.0) * log_rest - target * log_x
+    else:
+        t = np.asarray(target._value(), np.float64)
+        loss = log_rest * _constant(t - 1.0, input) - log_x * _constant(t, input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
 
 def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="mean", pos_weight=None):
     """``-w [p t log s(x) + (1 - t) log(1 - s(x))]`` computed stably as
