@@ -120,6 +120,15 @@ def _gelu_np(x, approximate):
     return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
 
 
+def _silu_np(x):
+    return x / (1 + np.exp(-x))
+
+
+def _softmax_np(x, dim):
+    e = np.exp(x - x.max(dim, keepdims=True))
+    return e / e.sum(dim, keepdims=True)
+
+
 ACTIVATIONS = {
     "relu": (lambda lib, x: lib.nn.ReLU()(x), lambda x: np.maximum(x, 0)),
     "tanh": (lambda lib, x: lib.nn.Tanh()(x), np.tanh),
@@ -133,6 +142,22 @@ ACTIVATIONS = {
     "f_softplus": (lambda lib, x: lib.nn.functional.softplus(x, beta=0.5, threshold=1.0),
                    lambda x: np.where(0.5 * x > 1, x, np.log1p(np.exp(0.5 * x)) / 0.5)),
     "f_gelu": (lambda lib, x: lib.nn.functional.gelu(x, approximate="tanh"), lambda x: _gelu_np(x, "tanh")),
+    "leaky_relu": (lambda lib, x: lib.nn.functional.leaky_relu(x), lambda x: np.where(x > 0, x, 0.01 * x)),
+    "leaky_relu_slope": (lambda lib, x: lib.nn.functional.leaky_relu(x, negative_slope=0.2),
+                         lambda x: np.where(x > 0, x, 0.2 * x)),
+    "LeakyReLU": (lambda lib, x: lib.nn.LeakyReLU(0.3)(x), lambda x: np.where(x > 0, x, 0.3 * x)),
+    "elu": (lambda lib, x: lib.nn.functional.elu(x), lambda x: np.where(x > 0, x, np.expm1(x))),
+    "elu_alpha": (lambda lib, x: lib.nn.functional.elu(x, alpha=2.5), lambda x: np.where(x > 0, x, 2.5 * np.expm1(x))),
+    "ELU": (lambda lib, x: lib.nn.ELU(alpha=0.5)(x), lambda x: np.where(x > 0, x, 0.5 * np.expm1(x))),
+    "silu": (lambda lib, x: lib.nn.functional.silu(x), _silu_np),
+    "SiLU": (lambda lib, x: lib.nn.SiLU()(x), _silu_np),
+    "Softmax": (lambda lib, x: lib.nn.Softmax(dim=1)(x), lambda x: _softmax_np(x, 1)),
+    "Softmax_dim0": (lambda lib, x: lib.nn.Softmax(0)(x), lambda x: _softmax_np(x, 0)),
+    "LogSoftmax": (lambda lib, x: lib.nn.LogSoftmax(dim=-1)(x), lambda x: np.log(_softmax_np(x, -1))),
+    "normalize": (lambda lib, x: lib.nn.functional.normalize(x),
+                  lambda x: x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)),
+    "normalize_p1_dim0": (lambda lib, x: lib.nn.functional.normalize(x, p=1.0, dim=0, eps=0.5),
+                          lambda x: x / np.maximum(np.abs(x).sum(0, keepdims=True), 0.5)),
 }
 
 
