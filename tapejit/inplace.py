@@ -82,6 +82,15 @@ def note_leaf_write(t, before=None):
                 poison(tape, d, off, t, old, before)
 
 
+def in_place(name, fn):
+    """The method ``name`` (``add_``, ``exp_``, ...): ``fn(input, *args)`` stored into ``input``."""
+    def method(input, *args, **kwargs):
+        return apply_inplace(input, lambda: fn(input, *args, **kwargs), name)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``{fn.__name__}`` in place."
+    return method
+
+
 def check_leaf(t, op):
     if t._tape is None and t._rg and state.grad:
         raise RuntimeError(LEAF_ERROR)
@@ -113,12 +122,13 @@ def _through_view(t, view, compute, op):
     base, where, (tape, off, version) = view
     if base._tape is None and base._rg and state.grad:
         raise RuntimeError(LEAF_VIEW_ERROR)
-    positions = view_positions(base, where, t._shape)
-    if len(np.unique(positions)) != positions.size:
+    # Only a zero stride (expand) makes two elements of a view one element of its base.
+    if type(where) is not int and any(st == 0 and sz > 1 for sz, st in zip(where[0], where[1])):
         raise RuntimeError(
             f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
             f"a single memory location (a view of shape {list(t._shape)} of a tensor of shape "
             f"{list(base._shape)}). Please clone() the tensor before performing the operation.")
+    positions = view_positions(base, where, t._shape)
     if tape is not base._tape or off != base._off or (
             version is not None and version != getattr(base, "_version", 0)):
         _rebind(t, view_again(base, where, t._shape))

@@ -169,6 +169,7 @@ import numbers as _numbers  # noqa: E402
 
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export  # noqa: E402
+from tapejit.inplace import in_place  # noqa: E402
 from tapejit.ops import unary as _u  # noqa: E402
 from tapejit.recording import record_binary, record_unary, as_tensor_operand  # noqa: E402
 from tapejit.registry import same_kernels as _same  # noqa: E402
@@ -413,20 +414,11 @@ def equal(input, other):
 
 # ---- in-place arithmetic ----------------------------------------------------------------
 
-def _inplace(name, fn):
-    def inplace(input, other, *args, **kwargs):
-        from tapejit.inplace import apply_inplace, check_leaf
-        check_leaf(input, name)
-        return apply_inplace(input, lambda: fn(input, other, *args, **kwargs), name)
-    inplace.__name__ = inplace.__qualname__ = name
-    return inplace
-
-
-export(_inplace("add_", add), method=True, function=False, dunders=("__iadd__",))
-export(_inplace("sub_", sub), method=True, function=False, dunders=("__isub__",))
-export(_inplace("mul_", mul), method=True, function=False, dunders=("__imul__",))
-export(_inplace("div_", div), method=True, function=False, dunders=("__itruediv__",))
-export(_inplace("pow_", pow), method=True, function=False, dunders=("__ipow__",))
+export(in_place("add_", add), method=True, function=False, dunders=("__iadd__",))
+export(in_place("sub_", sub), method=True, function=False, dunders=("__isub__",))
+export(in_place("mul_", mul), method=True, function=False, dunders=("__imul__",))
+export(in_place("div_", div), method=True, function=False, dunders=("__itruediv__",))
+export(in_place("pow_", pow), method=True, function=False, dunders=("__ipow__",))
 
 
 @export(method=True, function=False)

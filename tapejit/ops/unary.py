@@ -478,6 +478,7 @@ LEAKY_RELU = define_activation("leaky_relu", "LeakyReluBackward0", leaky_relu_va
 import numpy as _np  # noqa: E402
 
 from tapejit.api import export  # noqa: E402
+from tapejit.inplace import in_place  # noqa: E402
 from tapejit.recording import record_unary  # noqa: E402
 from tapejit.tensor import _concrete  # noqa: E402
 
@@ -505,18 +506,9 @@ export(_unary_front(NEG, "neg", _np.negative), name="__neg__", method=False, fun
 export(_unary_front(ABS, "abs", _np.abs), function=False, dunders=("__abs__",))
 
 
-def _inplace_front(name, front):
-    def inplace(input):
-        from tapejit.inplace import apply_inplace
-        return apply_inplace(input, lambda: front(input), name)
-    inplace.__name__ = inplace.__qualname__ = name
-    inplace.__doc__ = f"``{name[:-1]}`` in place."
-    return inplace
-
-
 for _name in ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
               "tanh", "sigmoid", "relu", "erf"):
-    export(_inplace_front(_name + "_", globals()[_name]), method=True, function=False)
+    export(in_place(_name + "_", globals()[_name]), method=True, function=False)
 
 
 @export(method=True)
