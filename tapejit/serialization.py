@@ -106,7 +106,7 @@ def _array_from_record(kind, shape, data, allowed):
     if count * numpy_dtype.itemsize != len(data):
         _refuse(f"an array record of dtype {kind} and shape {shape} needs "
                 f"{count * numpy_dtype.itemsize} bytes of data, got {len(data)}")
-    if kind == "|b1" and data and max(data) > 1:
+    if kind == "|b1" and data and np.frombuffer(data, np.uint8).max() > 1:
         _refuse("a bool array record holds a byte other than 0 and 1")
     # astype copies: the array owns writable memory in the machine's byte order.
     return np.frombuffer(data, numpy_dtype).reshape(shape).astype(numpy_dtype.newbyteorder("="))
@@ -188,20 +188,27 @@ def _frozenset_from_list(items=None):
     return frozenset(_set_from_list(items))
 
 
+def _is_latin1_text(args):
+    return (len(args) == 2 and type(args[0]) is str and type(args[1]) is str
+            and args[1] in ("latin1", "latin-1"))
+
+
 def _bytearray_from(*args):
     """``builtins.bytearray``: ``()``, ``(bytes,)`` (protocols 3, 4) or ``(str, "latin-1")``
-    (protocol 2); never ``bytearray(n)``, which would allocate n bytes."""
+    (protocol 2)."""
     if not args:
         return bytearray()
     if len(args) == 1 and type(args[0]) is bytes:
         return bytearray(args[0])
-    return bytearray(_latin1_bytes(*args))
+    if _is_latin1_text(args):
+        return bytearray(args[0].encode("latin-1"))
+    _refuse("bytearray is allowed only from bytes or (str, 'latin-1'); never bytearray(n), "
+            "which allocates n bytes")
 
 
 def _latin1_bytes(*args):
     """``_codecs.encode(text, "latin1")``: bytes under protocol 2."""
-    if (len(args) != 2 or type(args[0]) is not str or type(args[1]) is not str
-            or args[1] not in ("latin1", "latin-1")):
+    if not _is_latin1_text(args):
         _refuse("_codecs.encode is allowed only as encode(str, 'latin1') (bytes under protocol 2)")
     return args[0].encode("latin-1")
 
@@ -327,7 +334,10 @@ class _BoundedReader:
         seekable = getattr(file, "seekable", None)
         if seekable is not None and seekable():
             here = file.tell()
-            self._end = file.seek(0, io.SEEK_END)
+            try:
+                self._end = file.seek(0, io.SEEK_END)
+            except (OSError, ValueError):   # gzip.GzipFile seeks, but not from the end
+                pass
             file.seek(here)
 
     def read(self, n):
@@ -408,7 +418,8 @@ class _WeightsOnlyUnpickler(pickle._Unpickler):
 
     def _new_object(self, cls, args, kwargs):
         if id(cls) not in self._constructible:
-            _refuse(f"the file constructs a {type(cls).__name__} (NEWOBJ), which is not an allowed class")
+            _refuse(f"the file constructs an object from a {type(cls).__name__} (NEWOBJ), which "
+                    "is not an allowed class")
         if type(args) is not tuple or type(kwargs) is not dict:
             _refuse("NEWOBJ arguments must be a tuple and a dict")
         self.append(cls.__new__(cls, *args, **kwargs))
