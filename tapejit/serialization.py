@@ -297,6 +297,8 @@ _DTYPE_GLOBALS = {name: d for name, d in vars(dtypes).items() if isinstance(d, d
 # What files written before the record format name (their arrays are NumPy's pickle).
 _OLD_FORMAT_GLOBALS = {("tapejit.tensor", "_rebuild"), ("tapejit.nn.parameter", "_rebuild_parameter")}
 _MAX_TUPLE_NESTING = 100   # see _WeightsOnlyUnpickler._push_tuple
+_MAX_KEYS_PER_HASH = 32    # see _WeightsOnlyUnpickler._check_keys
+_MAX_MEMO_INDEX = 1 << 32  # what BINPUT and LONG_BINPUT can write
 _OLD_FORMAT_MESSAGE = (
     "the file holds NumPy objects in NumPy's own pickle (it needs {}), which "
     "tapejit.load(weights_only=True) does not unpickle: a crafted NumPy pickle can crash "
@@ -378,6 +380,7 @@ class _WeightsOnlyUnpickler(pickle._Unpickler):
         self._callable = _CALLABLE | {id(g) for g in user}
         self._constructible = _CONSTRUCTIBLE | self._user_classes
         self._nesting = {}   # id(tuple) -> (the tuple, its depth) for depths over 1
+        self._keys_by_hash = {}
 
     def find_class(self, module, name):
         if self.proto < 3 and self.fix_imports:   # Python 2's names, as pickle.find_class
@@ -413,6 +416,8 @@ class _WeightsOnlyUnpickler(pickle._Unpickler):
             _refuse(f"the file calls a {type(func).__name__} (REDUCE), which is not an allowed global")
         if type(args) is not tuple:
             _refuse("REDUCE arguments must be a tuple")
+        if (func is _set_from_list or func is _frozenset_from_list) and args and type(args[0]) is list:
+            self._check_keys(args[0])
         self.stack[-1] = func(*args)
     dispatch[pickle.REDUCE[0]] = load_reduce
 
@@ -477,22 +482,61 @@ class _WeightsOnlyUnpickler(pickle._Unpickler):
     def load_setitem(self):
         value = self.stack.pop()
         key = self.stack.pop()
+        self._check_keys((key,))
         self._target(dict, "SETITEM")[key] = value
     dispatch[pickle.SETITEM[0]] = load_setitem
 
     def load_setitems(self):
         items = self.pop_mark()
         target = self._target(dict, "SETITEMS")
+        self._check_keys(items[0::2])
         for i in range(0, len(items), 2):
             target[items[i]] = items[i + 1]
     dispatch[pickle.SETITEMS[0]] = load_setitems
 
+    def load_dict(self):
+        items = self.pop_mark()
+        self._check_keys(items[0::2])
+        self.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
+    dispatch[pickle.DICT[0]] = load_dict
+
     def load_additems(self):
         items = self.pop_mark()
         target = self._target(set, "ADDITEMS")
+        self._check_keys(items)
         for item in items:
             target.add(item)
     dispatch[pickle.ADDITEMS[0]] = load_additems
+
+    def load_frozenset(self):
+        items = self.pop_mark()
+        self._check_keys(items)
+        self.append(frozenset(items))
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+
+    def _check_keys(self, keys):
+        """Refuse more than ``_MAX_KEYS_PER_HASH`` unequal keys of one hash in the file.
+        Inserting n keys of one hash in a dict or set takes n**2 steps, and ints that
+        differ by a multiple of 2**61 - 1 (or tuples of chosen ints) hash alike: ten
+        megabytes of them would take hours to load.  (str and bytes hashes are
+        randomised per process.)"""
+        for key in keys:
+            if type(key) is str or type(key) is bytes:
+                continue
+            alike = self._keys_by_hash.setdefault(hash(key), [])
+            if not any(seen is key or seen == key for seen in alike):
+                alike.append(key)
+                if len(alike) > _MAX_KEYS_PER_HASH:
+                    _refuse(f"the file holds more than {_MAX_KEYS_PER_HASH} unequal keys of "
+                            "one hash (a hash-collision attack: loading it would take hours)")
+
+    def load_put(self):
+        # Text PUT takes any int; its keys stay ints below 2**32, which never hash alike.
+        index = int(self.readline()[:-1])
+        if not 0 <= index < _MAX_MEMO_INDEX:
+            _refuse(f"the file memoizes at index {index}")
+        self.memo[index] = self.stack[-1]
+    dispatch[pickle.PUT[0]] = load_put
 
     # -- tuples: bounded depth --------------------------------------------------------------
 

@@ -84,6 +84,8 @@ def record(*fields, rebuild="_tensor_from_record"):
 TENSOR = record("<f4", (2,), b"\x00" * 8, False)
 DEEP = 100_000
 DEEP_HASH = 1_000_000   # hashing a tuple this deep overflows the C stack (a crash)
+COLLIDE = 2**61 - 1     # hash(k * COLLIDE) == 0 for every int k
+COLLISIONS = 50_000     # as keys of one dict: half a minute to load
 MARKER = "tapejit_load_fuzz_marker"
 
 
@@ -187,6 +189,22 @@ def crafted_cases():
             for k in range(9)) + b".", "returned"),
         "self_referencing_list": (b"\x80\x04]q\x00h\x00a.", "returned"),
         "self_referencing_dict": (b"\x80\x04}q\x00Nh\x00s.", "returned"),
+        # hash collisions: ints that differ by multiples of 2**61 - 1 hash alike, and n of
+        # them take n**2 steps to insert (a million: hours)
+        "colliding_dict_keys": (program(Op(b"}(" + b"".join(value(k * COLLIDE) + b"N"
+                                                           for k in range(1, COLLISIONS)) + b"u")), refused),
+        "colliding_dict_opcode": (program(Op(b"(" + b"".join(value(k * COLLIDE) + b"N"
+                                                            for k in range(1, COLLISIONS)) + b"d")), refused),
+        "colliding_set_items": (program(Op(b"\x8f(" + b"".join(value(k * COLLIDE)
+                                                               for k in range(1, COLLISIONS)) + b"\x90")), refused),
+        "colliding_frozenset": (program(Op(b"(" + b"".join(value(k * COLLIDE)
+                                                          for k in range(1, COLLISIONS)) + b"\x91")), refused),
+        "colliding_tuple_keys": (program(Op(b"}(" + b"".join(value((k * COLLIDE,)) + b"N"
+                                                            for k in range(1, COLLISIONS)) + b"u")), refused),
+        "colliding_set_call": (program(call(glob("builtins", "set"),
+                                            [k * COLLIDE for k in range(1, COLLISIONS)]), protocol=2), refused),
+        "colliding_memo_indices": (b"\x80\x02N" + b"".join(b"p%d\n" % (k * COLLIDE)
+                                                        for k in range(1, COLLISIONS)) + b".", refused),
         # memo abuse
         "memo_get_missing": (b"\x80\x04h\x07.", refused),
         "memo_long_get_missing": (b"\x80\x04j" + struct.pack("<I", 2**32 - 1) + b".", refused),
@@ -387,11 +405,13 @@ def main():
     files = valid_files()
     for name, data in files.items():   # the starting points load as they should
         assert attempt(data) == ("returned", None), name
-    crafted = {}
+    crafted, slowest_crafted = {}, 0.0
     for name, (data, _) in crafted_cases().items():
         if verbose:
             print("crafted", name, flush=True)
+        start = time.perf_counter()
         crafted[name] = attempt(data)[0]
+        slowest_crafted = max(slowest_crafted, time.perf_counter() - start)
         attempt(data, stream=True)   # read in chunks: a length may fail later, or not at all
     outcomes, use_errors, kinds = Counter(), Counter(), Counter()
     slowest = 0.0
@@ -411,6 +431,7 @@ def main():
     print(json.dumps({
         "mutated": sum(kinds.values()), "kinds": kinds, "outcomes": outcomes,
         "use_errors": use_errors, "slowest_load_s": round(slowest, 4), "crafted": crafted,
+        "slowest_crafted_s": round(slowest_crafted, 4),
         "globals_intact": intact,
         "marker_written": os.path.exists(os.path.join(os.environ.get("TMPDIR", "/tmp"), MARKER)),
     }))
@@ -428,12 +449,12 @@ def test_loader_survives_mutated_and_crafted_files(tmp_path):
         f"the last case.\n{done.stderr[-4000:]}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps({k: summary[k] for k in ("mutated", "kinds", "outcomes", "use_errors",
-                                                 "slowest_load_s")}, indent=1))
+                                                 "slowest_load_s", "slowest_crafted_s")}, indent=1))
     assert summary["mutated"] >= 10_000
     assert summary["globals_intact"] and not summary["marker_written"]
     expected = {name: outcome for name, (_, outcome) in crafted_cases().items()}
     assert summary["crafted"] == expected
-    assert summary["slowest_load_s"] < 5
+    assert summary["slowest_load_s"] < 5 and summary["slowest_crafted_s"] < 5
 
 
 if __name__ == "__main__":

@@ -483,3 +483,14 @@ def test_a_gzip_file_object_loads(tmp_path):
         tj.save({"w": tj.randn(600, 600)}, f)
     with gzip.open(path, "rb") as f:
         assert tj.load(f)["w"].shape == (600, 600)
+
+
+def test_many_unequal_keys_of_one_hash_are_refused():
+    """n keys of one hash take n**2 steps to insert: a file of a million ints that differ by
+    multiples of 2**61 - 1 (all hash to 0) would load for hours."""
+    colliding = {k * (2**61 - 1): None for k in range(1, 2000)}
+    with pytest.raises(pickle.UnpicklingError, match="more than 32 unequal keys of one hash"):
+        load_bytes(pickle.dumps(colliding, 4))
+    # Equal keys repeated, and the few unequal ones that hash alike (hash(-1) == hash(-2)), load.
+    legit = [{-1: k, -2: k, 0: k} for k in range(1000)]
+    assert round_trip(legit) == legit
