@@ -15,18 +15,26 @@ C-ordered little-endian bytes.  Arrays of other dtypes (strings, objects, dates)
 other NumPy objects fall back to NumPy's pickle, which only ``weights_only=False`` reads.
 
 As torch >= 2.6, ``load`` defaults to ``weights_only=True``.  It then reads the file with
-an unpickler that builds nothing but plain Python values, containers, tensors and arrays
-from those records, tapejit dtypes, ``Size`` and CPU devices, and raises
-``pickle.UnpicklingError`` on anything else: unpickling an arbitrary object can run
-arbitrary code, and NumPy's own pickle can build arrays over arbitrary memory (a crafted
-file crashes the process).  Every record is checked before anything is allocated (an
-allowed dtype, a shape of at most 64 non-negative ints, exactly ``prod(shape) * itemsize``
-bytes), no length in the file can make it allocate more than the file holds, and the
-pickle opcodes that set attributes or call methods (``BUILD``, ``SETITEM`` and the
-others) act only on the containers and classes that need them.  Files written before
-this format (arrays in NumPy's pickle) load only with ``weights_only=False``; saving
-them again converts them.  ``weights_only=False`` loads anything, with Python's own
-unpickler: use it only on files you trust.
+an unpickler that builds only plain Python values, containers, tensors and arrays from
+those records, tapejit dtypes, ``Size`` and CPU devices (and what ``add_safe_globals``
+allows), and raises ``pickle.UnpicklingError`` on anything else: unpickling an arbitrary
+object can run arbitrary code, and NumPy's own pickle can build arrays over arbitrary
+memory (a crafted file then crashes the process).  A crafted or corrupt file raises an
+exception, and neither crashes the process nor changes anything outside what it builds:
+
+- every record is checked before anything is allocated: an allowed dtype, a shape of at
+  most 64 non-negative ints, exactly ``prod(shape) * itemsize`` bytes of data;
+- each global it calls is a function or class of this module that checks its arguments
+  (``bytearray(10**12)``, ``_codecs.encode(x, "zlib")``, ``Size(["a"])`` are refused);
+- the opcodes that set state or items (``BUILD``, ``SETITEM``, ``APPEND``, ``ADDITEMS``)
+  act only on the objects that need them, never on a tensor or a dtype;
+- no length in the file makes it allocate more than the file holds;
+- tuples nested more than 100 deep (hashing one recurses in C) and more than 32 unequal
+  keys of one hash (n of them take n**2 steps to insert) are refused.
+
+Files written before this format (arrays in NumPy's pickle) load only with
+``weights_only=False``; saving them again converts them.  ``weights_only=False`` loads
+anything, with Python's own unpickler: use it only on files you trust.
 """
 import _compat_pickle
 import contextlib
