@@ -1,19 +1,21 @@
 """tapejit.load(weights_only=True) against corrupt and hostile files: more than 10,000
 mutations of valid files (every truncation of a small one, bit flips, byte inserts and
-deletes, overwrites, splices) and hand-made malicious pickles (NumPy's own pickle, code
-execution, bad array records, memory and recursion bombs, opcodes that set state or
-call methods).  Every load must return or raise an Exception, never crash the process
+deletes, overwrites, opcodes swapped in, splices) and hand-made malicious pickles
+(NumPy's own pickle, code execution, bad array records, memory, recursion and
+hash-collision bombs, opcodes that set state or call methods).  Every load must return or raise an Exception, never crash the process
 nor hang; a returned object is used (its tensors summed and printed) since a bad array
 can crash on first use.  A crash would kill pytest, so the cases run in a subprocess:
 this file, run as a script, prints a JSON summary on its last line.
 
-torch's weights_only unpickler is the reference for what must be refused; these files
-are not PyTorch's format, so torch is not run here.
+A refused file raises pickle.UnpicklingError, as torch's weights_only unpickler does for
+globals it does not allow ("Weights only load failed"); these files are not PyTorch's
+format, so torch itself is not run here.
 """
 import io
 import json
 import os
 import pickle
+import pickletools
 import random
 import struct
 import subprocess
@@ -87,6 +89,7 @@ DEEP_HASH = 1_000_000   # hashing a tuple this deep overflows the C stack (a cra
 COLLIDE = 2**61 - 1     # hash(k * COLLIDE) == 0 for every int k
 COLLISIONS = 50_000     # as keys of one dict: half a minute to load
 MARKER = "tapejit_load_fuzz_marker"
+OPCODES = sorted({op.code.encode("latin-1")[0] for op in pickletools.opcodes})
 
 
 def numpy_payloads():
@@ -322,8 +325,8 @@ def mutations(files, rng):
         yield "truncate", smallest[:n]
     for _ in range(MUTATIONS):
         data = bytearray(files[rng.choice(names)])
-        kind = rng.choice(["bitflip", "bitflips", "insert", "delete", "overwrite", "splice",
-                           "duplicate"])
+        kind = rng.choice(["bitflip", "bitflips", "insert", "delete", "overwrite", "opcode",
+                           "splice", "duplicate"])
         if kind == "bitflip":
             i = rng.randrange(len(data))
             data[i] ^= 1 << rng.randrange(8)
@@ -340,6 +343,8 @@ def mutations(files, rng):
         elif kind == "overwrite":   # values that make lengths and counts extreme
             i = rng.randrange(len(data))
             data[i] = rng.choice([0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF])
+        elif kind == "opcode":   # another opcode in place of a byte: reaches deeper than noise
+            data[rng.randrange(len(data))] = rng.choice(OPCODES)
         elif kind == "splice":
             other = files[rng.choice(names)]
             data = data[:rng.randrange(len(data))] + other[rng.randrange(len(other)):]
