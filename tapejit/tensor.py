@@ -426,7 +426,8 @@ class Tensor:
         return iter(_rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 
     def __reduce__(self):
-        return (_rebuild, (np.array(self._value()), self._rg))
+        from tapejit.serialization import reduce_tensor
+        return reduce_tensor(self)
 
     def __deepcopy__(self, memo):
         if self._tape is not None:
@@ -446,6 +447,7 @@ def _engine():
 
 
 def _rebuild(array, rg):
+    """Files saved before tapejit's array records (NumPy's pickle; weights_only=False)."""
     return _concrete(array, rg)
 
 

@@ -68,9 +68,6 @@ class Parameter(Tensor):
         memo[id(self)] = copied
         return copied
 
-    def __reduce__(self):
-        return (_rebuild_parameter, (np.array(self._value()), self._rg))
-
     # The core's binary front ends take their tensor path only for operands whose type is
     # exactly ``Tensor``; with a subclass as the right operand they fall back to converting
     # it, which leaves it unchanged and recurses without end.  Python calls a subclass's
@@ -105,6 +102,7 @@ def _reflected(left, param, op, front, numpy_fn, tensor_reflected):
 
 
 def _rebuild_parameter(array, requires_grad):
+    """Files saved before tapejit's array records (NumPy's pickle; weights_only=False)."""
     return Parameter(_concrete(array), requires_grad)
 
 
