@@ -66,7 +66,7 @@ class Adam(Optimizer):
         state = self.state
         for group in self.param_groups:
             if group["differentiable"] or group["capturable"]:
-                check_step_options(group)
+                check_step_options(group, differentiable_rule=type(self).__name__)
             lr = float(group["lr"])
             beta1, beta2 = (float(b) for b in group["betas"])
             eps = float(group["eps"])

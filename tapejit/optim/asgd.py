@@ -2,6 +2,7 @@
 import numpy as np
 
 from tapejit.creation import tensor as _new_tensor
+from tapejit.dtypes import get_default_dtype
 from tapejit.optim.optimizer import (CAPTURABLE_DEVICES, Optimizer, check_step_options,
                                      grad_value, scalar_dtype, with_grads)
 from tapejit.tensor import Tensor
@@ -77,6 +78,9 @@ class ASGD(Optimizer):
                     else:
                         ax[...] = param
                     step = float(step_t)
-                    eta[...] = lr / ((1 + lambd * lr * step) ** alpha)
-                    mu[...] = 1 / max(1, step - t0)
+                    # torch.as_tensor(value): rounded to the default dtype, whatever the
+                    # dtype of eta and mu (a loaded state may hold them in float64)
+                    rounded = get_default_dtype().np.type
+                    eta[...] = rounded(lr / ((1 + lambd * lr * step) ** alpha))
+                    mu[...] = rounded(1 / max(1, step - t0))
         return loss

@@ -57,7 +57,7 @@ class NAdam(Optimizer):
         with np.errstate(all="ignore"):
             for group in self.param_groups:
                 if group["differentiable"] or group["capturable"]:
-                    check_step_options(group, _CAPTURABLE_MESSAGE)
+                    check_step_options(group, _CAPTURABLE_MESSAGE, "NAdam")
                 lr = float(group["lr"])
                 beta1, beta2 = group["betas"]
                 eps = group["eps"]

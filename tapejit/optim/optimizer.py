@@ -109,13 +109,15 @@ def _add_hook(hooks, hook, prepend=False):
 
 def _hooked_step(step):
     """``step`` running the step pre- and post-hooks around it, as torch's
-    ``Optimizer.profile_hook_step``; with no hook registered, one test and a call."""
+    ``Optimizer.profile_hook_step`` (whose hooks see the optimizer as ``args[0]`` too); with
+    no hook registered, one test and a call."""
     @functools.wraps(step)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(*args, **kwargs):
+        self = args[0]
         pre = getattr(self, "_optimizer_step_pre_hooks", None)
         post = getattr(self, "_optimizer_step_post_hooks", None)
         if not (pre or post or _global_step_pre_hooks or _global_step_post_hooks):
-            return step(self, *args, **kwargs)
+            return step(*args, **kwargs)
         for hook in itertools.chain(tuple(_global_step_pre_hooks.values()),
                                     tuple((pre or {}).values())):
             result = hook(self, args, kwargs)
@@ -124,7 +126,7 @@ def _hooked_step(step):
                     raise RuntimeError(f"{step} must return None or a tuple of "
                                        f"(new_args, new_kwargs), but got {result}.")
                 args, kwargs = result
-        out = step(self, *args, **kwargs)
+        out = step(*args, **kwargs)
         for hook in itertools.chain(tuple((post or {}).values()),
                                     tuple(_global_step_post_hooks.values())):
             hook(self, args, kwargs)
@@ -160,14 +162,15 @@ def check_fused(fused, foreach, differentiable):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
 
 
-def check_step_options(group, capturable_message=CAPTURABLE_MESSAGE):
+def check_step_options(group, capturable_message=CAPTURABLE_MESSAGE, differentiable_rule=None):
     """Refuse a step torch refuses on the CPU, before anything is written.
 
     ``capturable=True`` (without ``fused``) needs an accelerator: torch asserts the devices.
     ``differentiable=True`` records the update on the autograd graph: torch's first in-place
     write to a parameter that requires grad fails with the leaf error.  tapejit does not
     record steps, so a gradient that itself requires grad is refused too (torch would record
-    the update; tapejit would silently not)."""
+    the update; tapejit would silently not), and so is the step of an optimizer whose
+    differentiable update torch computes differently (``differentiable_rule`` names it)."""
     if group.get("capturable") and not group.get("fused"):
         for _ in with_grads(group):
             raise AssertionError(capturable_message)
@@ -179,6 +182,11 @@ def check_step_options(group, capturable_message=CAPTURABLE_MESSAGE):
             if grad.requires_grad:
                 raise RuntimeError("differentiable=True with a gradient that requires grad: "
                                    "tapejit.optim does not record optimizer steps on the tape")
+            if differentiable_rule is not None:
+                raise RuntimeError(f"{differentiable_rule}(differentiable=True): torch's "
+                                   "differentiable update computes the bias corrections in the "
+                                   "step counter's dtype; tapejit implements only the usual "
+                                   "update (differentiable=False)")
 
 
 def _grad_array(grad, like):
