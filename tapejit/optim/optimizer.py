@@ -1,15 +1,17 @@
-"""The optimizer base class, with torch.optim.Optimizer's structure and errors.
+"""The optimizer base class, with torch.optim.Optimizer's structure, errors and hooks.
 
 ``param_groups`` is a list of dicts holding the parameters and every hyper-parameter,
 ``state`` maps a parameter to its per-parameter state (tapejit tensors), and
 ``state_dict()`` / ``load_state_dict()`` use torch's layout (parameters replaced by their
-index in group order).
+index in group order).  Step, state-dict and load-state-dict hooks run as torch's do (the
+class's ``step`` is wrapped when its first instance is made).
 
 Updates write the parameter's own NumPy array in place and bump its version counter once
 through ``tapejit.inplace.note_leaf_write``, so a graph that saved the old value refuses
-to backward with PyTorch's in-place error.  The compiled rules need 1-D arrays; the 1-D
-views of long-lived arrays (parameters, state) are cached by array identity so that a step
-on a small model costs little more than one kernel call per parameter.
+to backward with PyTorch's in-place error.  The compiled rules (SGD, Adam, RMSprop) need
+1-D arrays; the 1-D views of long-lived arrays (parameters, state) are cached by array
+identity so that a step on a small model costs little more than one kernel call per
+parameter.  The NumPy rules of the rarer optimizers work on the arrays as they are.
 """
 import copy
 import functools
@@ -153,8 +155,9 @@ CAPTURABLE_MESSAGE = ("If capturable=True, params and state_steps must be on sup
 
 
 def check_fused(fused, foreach, differentiable):
-    """The constructor's checks of ``fused=True`` (torch's order and RuntimeErrors).  A fused
-    update is the same compiled pass here, so an accepted ``fused=True`` changes nothing."""
+    """The constructor's checks of ``fused=True`` (torch's order and RuntimeErrors).  torch's
+    fused kernels compute the same update, so an accepted ``fused=True`` changes nothing
+    here but the step counter's dtype (float32, as torch's)."""
     if fused:
         if differentiable:
             raise RuntimeError("`fused` does not support `differentiable`")
