@@ -1,42 +1,49 @@
-"""tapejit.optim.lr_scheduler: every lr against torch's schedulers step by step (when torch
-is importable) and against hand-computed values, state dicts, ReduceLROnPlateau's counters
-and the errors."""
+"""tapejit.optim.lr_scheduler: every lr (and cycled momentum) against torch's schedulers step
+by step (when torch is importable) and against hand-computed values, state dicts,
+ReduceLROnPlateau's counters, the deprecated step(epoch), and the errors."""
 import math
 import pickle
 import re
+import warnings
 
 import pytest
 
 import tapejit as tj
-from tapejit.optim import SGD, lr_scheduler
-from tapejit.optim.lr_scheduler import (CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR,
-                                        LRScheduler, MultiStepLR, ReduceLROnPlateau, StepLR,
-                                        _LRScheduler)
+from tapejit.optim import SGD, Adam, lr_scheduler
+from tapejit.optim.lr_scheduler import (ChainedScheduler, ConstantLR, CosineAnnealingLR,
+                                        CosineAnnealingWarmRestarts, CyclicLR, ExponentialLR,
+                                        LambdaLR, LinearLR, LRScheduler, MultiplicativeLR,
+                                        MultiStepLR, OneCycleLR, PolynomialLR, ReduceLROnPlateau,
+                                        SequentialLR, StepLR, _LRScheduler)
 
 STEPS = 30
 
 
-def _tapejit_optimizer(initial_lr=None):
-    """SGD with two groups of different lr (``initial_lr`` set for resumed schedulers)."""
-    groups = [{"params": [tj.zeros(2, requires_grad=True)]},
-              {"params": [tj.zeros(3, requires_grad=True)], "lr": 0.5}]
+def _groups(lib, initial_lr):
+    groups = [{"params": [lib.zeros(2, requires_grad=True)]},
+              {"params": [lib.zeros(3, requires_grad=True)], "lr": 0.5}]
     if initial_lr is not None:
         for group, lr in zip(groups, initial_lr):
             group["initial_lr"] = lr
-    return SGD(groups, lr=0.1)
+    return groups
 
 
-def _torch_optimizer(torch, initial_lr=None):
-    groups = [{"params": [torch.zeros(2, requires_grad=True)]},
-              {"params": [torch.zeros(3, requires_grad=True)], "lr": 0.5}]
-    if initial_lr is not None:
-        for group, lr in zip(groups, initial_lr):
-            group["initial_lr"] = lr
-    return torch.optim.SGD(groups, lr=0.1)
+def _tapejit_optimizer(initial_lr=None, cls=SGD):
+    """Two groups of different lr (``initial_lr`` set for resumed schedulers)."""
+    return cls(_groups(tj, initial_lr), lr=0.1)
+
+
+def _torch_optimizer(torch, initial_lr=None, cls=SGD):
+    return getattr(torch.optim, cls.__name__)(_groups(torch, initial_lr), lr=0.1)
 
 
 def _lrs(optimizer):
     return [group["lr"] for group in optimizer.param_groups]
+
+
+def _momenta(optimizer):
+    """What CyclicLR and OneCycleLR cycle: SGD's momentum, Adam's betas."""
+    return [group.get("momentum", group.get("betas")) for group in optimizer.param_groups]
 
 
 def _halve_every_third(epoch):
@@ -53,6 +60,33 @@ SCHEDULES = {
     "LambdaLR-per-group": ("LambdaLR", {"lr_lambda": [lambda e: 1 / (e + 1), lambda e: 0.9 ** e]}),
     "LinearLR": ("LinearLR", {}),
     "LinearLR-down": ("LinearLR", {"start_factor": 1.0, "end_factor": 0.05, "total_iters": 12}),
+    "MultiplicativeLR": ("MultiplicativeLR", {"lr_lambda": lambda e: 0.9 if e % 2 else 1.05}),
+    "ConstantLR": ("ConstantLR", {"factor": 0.25, "total_iters": 4}),
+    "ConstantLR-default": ("ConstantLR", {}),
+    "PolynomialLR": ("PolynomialLR", {"total_iters": 12, "power": 2.0}),
+    "PolynomialLR-linear": ("PolynomialLR", {}),
+    # restarts at epochs 5, 10, ... and, with T_mult=2, after periods of 3, 6, 12
+    "CosineAnnealingWarmRestarts": ("CosineAnnealingWarmRestarts", {"T_0": 5}),
+    "CosineAnnealingWarmRestarts-T_mult": ("CosineAnnealingWarmRestarts",
+                                           {"T_0": 3, "T_mult": 2, "eta_min": 0.001}),
+    # STEPS steps cover several cycles (and their momentum, cycled on SGD's momentum)
+    "CyclicLR": ("CyclicLR", {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4}),
+    "CyclicLR-triangular2": ("CyclicLR", {"base_lr": [0.01, 0.02], "max_lr": [0.1, 0.3],
+                                          "step_size_up": 3, "step_size_down": 5,
+                                          "mode": "triangular2", "base_momentum": 0.5}),
+    "CyclicLR-exp_range": ("CyclicLR", {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4,
+                                        "mode": "exp_range", "gamma": 0.9,
+                                        "cycle_momentum": False}),
+    "CyclicLR-scale_fn": ("CyclicLR", {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 2,
+                                       "scale_fn": lambda x: 0.8 ** x,
+                                       "scale_mode": "iterations"}),
+    "OneCycleLR": ("OneCycleLR", {"max_lr": 1.0, "total_steps": STEPS}),
+    "OneCycleLR-linear-three_phase": ("OneCycleLR", {"max_lr": [1.0, 2.0], "total_steps": STEPS,
+                                                     "anneal_strategy": "linear",
+                                                     "three_phase": True}),
+    "OneCycleLR-epochs": ("OneCycleLR", {"max_lr": 0.5, "epochs": 3, "steps_per_epoch": 10,
+                                         "pct_start": 0.25, "div_factor": 10.0,
+                                         "final_div_factor": 100.0, "cycle_momentum": False}),
 }
 
 
@@ -65,19 +99,24 @@ def test_lrs_match_torch_every_step(name):
     theirs = getattr(torch.optim.lr_scheduler, class_name)(theirs_opt, **options)
     assert _lrs(ours_opt) == _lrs(theirs_opt)
     assert ours.base_lrs == theirs.base_lrs
-    assert [g["initial_lr"] for g in ours_opt.param_groups] == [0.1, 0.5]
+    assert [g["initial_lr"] for g in ours_opt.param_groups] == \
+        [g["initial_lr"] for g in theirs_opt.param_groups]
+    assert _momenta(ours_opt) == _momenta(theirs_opt)
     for _ in range(STEPS):
         ours_opt.step()
         theirs_opt.step()
         ours.step()
         theirs.step()
         assert _lrs(ours_opt) == _lrs(theirs_opt)
+        assert _momenta(ours_opt) == _momenta(theirs_opt)
         assert ours.get_last_lr() == theirs.get_last_lr()
         assert ours.last_epoch == theirs.last_epoch
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
 
 
 @pytest.mark.parametrize("name", ["StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
-                                  "LambdaLR", "LinearLR-down"])
+                                  "LambdaLR", "LinearLR-down", "MultiplicativeLR", "ConstantLR",
+                                  "PolynomialLR", "CosineAnnealingWarmRestarts-T_mult"])
 @pytest.mark.parametrize("last_epoch", [3, 4, 14])
 def test_resumed_schedulers_match_torch(name, last_epoch):
     """With ``last_epoch`` given, each rule's constructor step and later steps agree with torch."""
@@ -132,8 +171,7 @@ def test_state_dict_keys_match_torch():
         theirs.optimizer.step()
         ours.step()
         theirs.step()
-        # torch also saves its flag for the warning about calling get_lr() directly
-        assert set(ours.state_dict()) == set(theirs.state_dict()) - {"_get_lr_called_within_step"}
+        assert set(ours.state_dict()) == set(theirs.state_dict())
     ours = ReduceLROnPlateau(_tapejit_optimizer())
     theirs = torch.optim.lr_scheduler.ReduceLROnPlateau(_torch_optimizer(torch))
     assert set(ours.state_dict()) == set(theirs.state_dict())
@@ -362,10 +400,6 @@ def test_errors():
         ReduceLROnPlateau(opt, threshold_mode="relative")
     with pytest.raises(TypeError, match="verbose"):
         StepLR(opt, step_size=2, verbose=True)
-    with pytest.raises(TypeError, match="step\\(epoch\\)"):
-        StepLR(opt, step_size=2).step(3)
-    with pytest.raises(TypeError, match="step\\(epoch\\)"):
-        ReduceLROnPlateau(opt).step(1.0, epoch=3)
     with pytest.raises(NotImplementedError):
         LRScheduler(_tapejit_optimizer())
 
@@ -419,3 +453,323 @@ def test_training_loop_with_step_lr():
     assert lrs == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025, 0.0125],
                                 rel=1e-12)
     assert losses[-1] < losses[0]
+
+
+# ---- schedulers of schedulers, momentum on Adam's betas, epochs ---------------------------
+
+def _sequential(lib, opt):
+    schedulers = lib.optim.lr_scheduler
+    return schedulers.SequentialLR(
+        opt, [schedulers.LinearLR(opt, start_factor=0.1, total_iters=4),
+              schedulers.ExponentialLR(opt, gamma=0.9),
+              schedulers.CosineAnnealingLR(opt, T_max=5)],
+        milestones=[4, 9])
+
+
+def _chained(lib, opt):
+    schedulers = lib.optim.lr_scheduler
+    return schedulers.ChainedScheduler([schedulers.ConstantLR(opt, factor=0.5, total_iters=3),
+                                        schedulers.ExponentialLR(opt, gamma=0.9),
+                                        schedulers.StepLR(opt, step_size=4, gamma=0.5)])
+
+
+def _sequential_in_chained(lib, opt):
+    schedulers = lib.optim.lr_scheduler
+    sequential = schedulers.SequentialLR(
+        opt, [schedulers.ConstantLR(opt, factor=0.2, total_iters=2),
+              schedulers.ExponentialLR(opt, gamma=0.8)], milestones=[3])
+    return schedulers.ChainedScheduler([sequential,
+                                        schedulers.MultiplicativeLR(opt, lambda e: 0.99)])
+
+
+def _sequential_in_sequential(lib, opt):
+    """recursive_undo walks into the inner SequentialLR (torch's nesting: the inner one
+    first, as a SequentialLR has no get_lr for a milestone's restart)."""
+    schedulers = lib.optim.lr_scheduler
+    inner = schedulers.SequentialLR(
+        opt, [schedulers.LinearLR(opt, start_factor=0.5, total_iters=2),
+              schedulers.ExponentialLR(opt, gamma=0.9)], milestones=[2])
+    return schedulers.SequentialLR(opt, [inner, schedulers.PolynomialLR(opt, total_iters=6)],
+                                   milestones=[5])
+
+
+COMPOSITE = {"SequentialLR": _sequential, "ChainedScheduler": _chained,
+             "sequential-in-chained": _sequential_in_chained,
+             "sequential-in-sequential": _sequential_in_sequential}
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # torch's, about its inner steps
+@pytest.mark.parametrize("name", list(COMPOSITE))
+def test_composite_schedulers_match_torch(name):
+    torch = pytest.importorskip("torch")
+    ours_opt, theirs_opt = _tapejit_optimizer(), _torch_optimizer(torch)
+    ours, theirs = COMPOSITE[name](tj, ours_opt), COMPOSITE[name](torch, theirs_opt)
+    assert _lrs(ours_opt) == _lrs(theirs_opt)
+    assert ours.get_last_lr() == theirs.get_last_lr()
+    for _ in range(STEPS):
+        theirs_opt.step()
+        ours.step()
+        theirs.step()
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+        assert ours.get_last_lr() == theirs.get_last_lr()
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert [s.keys() for s in ours.state_dict()["_schedulers"]] == \
+        [s.keys() for s in theirs.state_dict()["_schedulers"]]
+
+
+@pytest.mark.parametrize("name", list(COMPOSITE))
+def test_composite_state_dict_round_trip(name):
+    straight_opt, first_opt, resumed_opt = (_tapejit_optimizer() for _ in range(3))
+    straight, first = COMPOSITE[name](tj, straight_opt), COMPOSITE[name](tj, first_opt)
+    for _ in range(6):
+        straight.step()
+        first.step()
+    saved = pickle.loads(pickle.dumps(first.state_dict()))
+    saved_optimizer = pickle.loads(pickle.dumps(first_opt.state_dict()))
+    resumed = COMPOSITE[name](tj, resumed_opt)
+    resumed.load_state_dict(saved)
+    resumed_opt.load_state_dict(saved_optimizer)
+    assert "_schedulers" in saved and resumed.get_last_lr() == first.get_last_lr()
+    assert [s.last_epoch for s in resumed._schedulers if hasattr(s, "last_epoch")] == \
+        [s.last_epoch for s in first._schedulers if hasattr(s, "last_epoch")]
+    for _ in range(10):
+        straight.step()
+        resumed.step()
+        assert _lrs(resumed_opt) == _lrs(straight_opt)
+
+
+@pytest.mark.parametrize("name,options", [
+    ("OneCycleLR", {"max_lr": 0.01, "total_steps": STEPS}),
+    ("OneCycleLR", {"max_lr": 0.01, "total_steps": STEPS, "three_phase": True,
+                    "base_momentum": [0.8, 0.7], "max_momentum": 0.99}),
+    ("CyclicLR", {"base_lr": 0.001, "max_lr": 0.01, "step_size_up": 5}),
+    ("CyclicLR", {"base_lr": 0.001, "max_lr": 0.01, "step_size_up": 5, "mode": "exp_range",
+                  "gamma": 0.95}),
+], ids=["OneCycleLR", "OneCycleLR-three_phase", "CyclicLR", "CyclicLR-exp_range"])
+def test_momentum_cycles_on_adam_beta1_like_torch(name, options):
+    torch = pytest.importorskip("torch")
+    ours_opt = _tapejit_optimizer(cls=Adam)
+    theirs_opt = _torch_optimizer(torch, cls=Adam)
+    ours = getattr(lr_scheduler, name)(ours_opt, **options)
+    theirs = getattr(torch.optim.lr_scheduler, name)(theirs_opt, **options)
+    seen = set()
+    for _ in range(STEPS):
+        assert _momenta(ours_opt) == _momenta(theirs_opt)
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+        seen.add(ours_opt.param_groups[0]["betas"][0])
+        theirs_opt.step()
+        ours.step()
+        theirs.step()
+    assert len(seen) > 5  # beta1 did move
+    assert all(g["betas"][1] == 0.999 for g in ours_opt.param_groups)
+
+
+def test_one_cycle_values():
+    opt = _tapejit_optimizer()
+    scheduler = OneCycleLR(opt, max_lr=1.0, total_steps=11, pct_start=0.5)
+    lrs = _run(scheduler, opt, 10)
+    # up from max_lr / 25 along a half cosine to max_lr at step 0.5 * 11 - 1 = 4.5, then
+    # down to initial_lr / 1e4 at step 10
+    initial, final = 1.0 / 25, 1.0 / 25 / 1e4
+    assert lrs[0] == pytest.approx(initial)
+    assert lrs[4] == pytest.approx(1.0 + (initial - 1.0) / 2 * (1 + math.cos(math.pi * 4 / 4.5)))
+    assert lrs[5] == pytest.approx(final + (1.0 - final) / 2 * (1 + math.cos(math.pi * 0.5 / 5.5)))
+    assert lrs[-1] == pytest.approx(final)
+    assert opt.param_groups[0]["momentum"] == pytest.approx(0.95)
+    scheduler.step()   # as torch, epoch total_steps is still allowed (past the schedule's end)
+    with pytest.raises(ValueError, match="Tried to step 12 times. The specified number of total "
+                                         "steps is 11"):
+        scheduler.step()
+
+
+def test_polynomial_and_constant_values():
+    opt = _tapejit_optimizer()
+    assert _run(PolynomialLR(opt, total_iters=4, power=2.0), opt, 5) == pytest.approx(
+        [0.1 * (1 - k / 4) ** 2 for k in range(5)] + [0.0], abs=1e-15)
+    opt = _tapejit_optimizer()
+    assert _run(ConstantLR(opt, factor=0.5, total_iters=2), opt, 3) == pytest.approx(
+        [0.05, 0.05, 0.1, 0.1])
+
+
+def test_warm_restarts_fractional_epochs_match_torch():
+    """``step(epoch + i / iters)`` anneals within epochs; restarts follow T_0 * T_mult**n."""
+    torch = pytest.importorskip("torch")
+    for t_mult in (1, 2, 3):
+        ours_opt, theirs_opt = _tapejit_optimizer(), _torch_optimizer(torch)
+        ours = CosineAnnealingWarmRestarts(ours_opt, T_0=2, T_mult=t_mult, eta_min=0.01)
+        theirs = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(theirs_opt, T_0=2,
+                                                                      T_mult=t_mult, eta_min=0.01)
+        for epoch in range(20):
+            for i in range(7):
+                ours.step(epoch + i / 7)
+                theirs.step(epoch + i / 7)
+                assert _lrs(ours_opt) == _lrs(theirs_opt)
+                assert (ours.T_cur, ours.T_i, ours.last_epoch) == \
+                    (theirs.T_cur, theirs.T_i, theirs.last_epoch)
+        ours.step()   # and on from there without an epoch
+        theirs.step()
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+
+
+def test_warm_restarts_hand_computed():
+    opt = _tapejit_optimizer()
+    scheduler = CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2)
+    lrs = _run(scheduler, opt, 6)
+    # periods of 2 then 4 epochs: restarts at epochs 2 and 6
+    expected = [0.1, 0.05, 0.1, 0.1 * (1 + math.cos(math.pi / 4)) / 2, 0.05,
+                0.1 * (1 + math.cos(3 * math.pi / 4)) / 2, 0.1]
+    assert lrs == pytest.approx(expected)
+    scheduler.step(1.5)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * (1 + math.cos(0.75 * math.pi)) / 2)
+    with pytest.raises(ValueError, match="Expected non-negative epoch, but got -1"):
+        scheduler.step(-1)
+
+
+@pytest.mark.parametrize("name", ["StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+                                  "LambdaLR", "LinearLR-down", "ConstantLR", "PolynomialLR",
+                                  "MultiplicativeLR", "CyclicLR", "OneCycleLR"])
+def test_deprecated_step_with_epoch_matches_torch(name):
+    """``step(epoch)`` warns and jumps, with torch's closed form where the rule has one."""
+    torch = pytest.importorskip("torch")
+    class_name, options = SCHEDULES[name]
+    ours_opt, theirs_opt = _tapejit_optimizer(), _torch_optimizer(torch)
+    ours = getattr(lr_scheduler, class_name)(ours_opt, **options)
+    theirs = getattr(torch.optim.lr_scheduler, class_name)(theirs_opt, **options)
+    theirs_opt.step()
+    for epoch in [3, 4, 4, 11, 2, 0, 13, 20]:
+        with pytest.warns(UserWarning, match="The epoch parameter in `scheduler.step\\(\\)` was "
+                                             "not necessary and is being deprecated"):
+            ours.step(epoch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs.step(epoch)
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+        assert ours.last_epoch == theirs.last_epoch == epoch
+        ours.step()
+        theirs.step()
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+
+
+def test_reduce_on_plateau_step_with_epoch():
+    torch = pytest.importorskip("torch")
+    ours_opt, theirs_opt = _tapejit_optimizer(), _torch_optimizer(torch)
+    ours = ReduceLROnPlateau(ours_opt, patience=0)
+    theirs = torch.optim.lr_scheduler.ReduceLROnPlateau(theirs_opt, patience=0)
+    for metric, epoch in [(1.0, 5), (2.0, 9), (3.0, None)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ours.step(metric, epoch)
+        assert (len(caught) == 1) == (epoch is not None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs.step(metric, epoch)
+        assert ours.last_epoch == theirs.last_epoch
+        assert _lrs(ours_opt) == _lrs(theirs_opt)
+
+
+def test_get_lr_outside_step_warns_like_torch():
+    scheduler = StepLR(_tapejit_optimizer(), step_size=2)
+    with pytest.warns(UserWarning, match="To get the last learning rate computed by the "
+                                         "scheduler, please use `get_last_lr\\(\\)`."):
+        scheduler.get_lr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scheduler.step()   # no warning from inside step
+        assert scheduler.get_last_lr() == [0.1, 0.5]
+
+
+def test_cyclic_state_dict_saves_a_callable_scale_fn_object():
+    class Decay:
+        def __init__(self, rate):
+            self.rate = rate
+
+        def __call__(self, x):
+            return self.rate ** x
+
+    opt = _tapejit_optimizer()
+    scheduler = CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=Decay(0.5))
+    saved = scheduler.state_dict()
+    assert saved["_scale_fn_custom"] == {"rate": 0.5} and "_scale_fn_ref" not in saved
+    other = CyclicLR(_tapejit_optimizer(), base_lr=0.01, max_lr=0.1, step_size_up=2,
+                     scale_fn=Decay(0.9))
+    other.load_state_dict(saved)
+    assert other._scale_fn_custom.rate == 0.5
+    assert saved["_scale_fn_custom"] == {"rate": 0.5}  # the argument is left as it was
+    function_saved = CyclicLR(_tapejit_optimizer(), base_lr=0.01, max_lr=0.1,
+                              scale_fn=lambda x: 1.0).state_dict()
+    assert function_saved["_scale_fn_custom"] is None
+    triangular = CyclicLR(_tapejit_optimizer(), base_lr=0.01, max_lr=0.1, mode="triangular2")
+    state = pickle.loads(pickle.dumps(triangular.state_dict()))
+    again = CyclicLR(_tapejit_optimizer(), base_lr=0.01, max_lr=0.1)
+    again.load_state_dict(state)
+    assert again.mode == "triangular2" and again.scale_fn(3) == 0.25
+
+
+def test_new_scheduler_errors_match_torch():
+    torch = pytest.importorskip("torch")
+
+    def with_adagrad(make):
+        return lambda lib, opt: make(lib, lib.optim.Adagrad([lib.zeros(1, requires_grad=True)]))
+
+    cases = [
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0),
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=0),
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, epochs=2,
+                                                           steps_per_epoch=1.5),
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=9,
+                                                           pct_start=1),
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=9,
+                                                           anneal_strategy="exp"),
+        lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=[1.0], total_steps=9),
+        with_adagrad(lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0,
+                                                                        total_steps=9)),
+        with_adagrad(lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(opt, 0.1, 1.0)),
+        lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(opt, 0.1, 1.0, mode="sine"),
+        lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(opt, [0.1, 0.2, 0.3], 1.0),
+        lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=0),
+        lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2.0),
+        lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2,
+                                                                            T_mult=0),
+        lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2,
+                                                                            eta_min="0"),
+        lambda lib, opt: lib.optim.lr_scheduler.ConstantLR(opt, factor=1.5),
+        lambda lib, opt: lib.optim.lr_scheduler.MultiplicativeLR(opt, [lambda e: 1.0, 0.5]),
+        lambda lib, opt: lib.optim.lr_scheduler.SequentialLR(opt, [], milestones=[]),
+        lambda lib, opt: lib.optim.lr_scheduler.SequentialLR(
+            opt, [lib.optim.lr_scheduler.ConstantLR(opt)], milestones=[3]),
+        lambda lib, opt: lib.optim.lr_scheduler.SequentialLR(
+            opt, [lib.optim.lr_scheduler.ReduceLROnPlateau(opt)], milestones=[]),
+        lambda lib, opt: lib.optim.lr_scheduler.SequentialLR(opt, [object()], milestones=[]),
+        lambda lib, opt: lib.optim.lr_scheduler.ChainedScheduler([]),
+        lambda lib, opt: lib.optim.lr_scheduler.ChainedScheduler(
+            [lib.optim.lr_scheduler.ConstantLR(opt),
+             lib.optim.lr_scheduler.ConstantLR(lib.optim.SGD([lib.zeros(1, requires_grad=True)],
+                                                             lr=0.1))]),
+    ]
+    for make in cases:
+        with pytest.raises(Exception) as theirs:
+            make(torch, _torch_optimizer(torch))
+        with pytest.raises(theirs.type) as ours:
+            make(tj, _tapejit_optimizer())
+        expected = str(theirs.value).replace("torch.optim.", "").replace("torch", "LIB")
+        assert str(ours.value).replace("tapejit.optim.", "").replace("tapejit", "LIB") == expected
+
+
+def test_training_loop_with_one_cycle_and_adam():
+    tj.manual_seed(0)
+    model = tj.nn.Linear(3, 1)
+    optimizer = tj.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = tj.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=40)
+    x = tj.randn(32, 3)
+    y = x.sum(dim=1, keepdim=True)
+    losses = []
+    for step in range(40):
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        if step < 39:   # the schedule's last lr is the one of step total_steps - 1
+            scheduler.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.1 * losses[0]
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.1 / 25 / 1e4)

@@ -1,6 +1,7 @@
 """Adam, as torch.optim.Adam (``decoupled_weight_decay=True`` gives AdamW's rule)."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
+from tapejit.optim.optimizer import (Optimizer, _grad_array, check_fused, check_step_options,
+                                     with_grads)
 from tapejit.tensor import Tensor
 
 __all__ = ["Adam"]
@@ -15,15 +16,21 @@ class Adam(Optimizer):
         v_hat = max(v_max, v) if amsgrad else v
         p -= lr / (1 - beta1**t) * m / (sqrt(v_hat) / sqrt(1 - beta2**t) + eps)
 
-    ``foreach``, ``fused`` and ``capturable`` are accepted for compatibility; the update is
-    the same compiled pass whatever they say.
+    ``foreach`` and ``fused`` are accepted for compatibility; the update is the same
+    compiled pass whatever they say (a fused group keeps its step counters in float32, as
+    torch's).  ``capturable=True`` without ``fused`` and ``differentiable=True`` fail at the
+    step as torch's do on the CPU (see ``check_step_options``).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False):
-        if isinstance(lr, Tensor) and lr.numel() != 1:
-            raise ValueError("Tensor lr must be 1-element")
+        if isinstance(lr, Tensor):
+            if foreach and not capturable:
+                raise ValueError("lr as a Tensor is not supported for capturable=False and "
+                                 "foreach=True")
+            if lr.numel() != 1:
+                raise ValueError("Tensor lr must be 1-element")
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -37,18 +44,16 @@ class Adam(Optimizer):
         if not ((isinstance(betas[0], float) and isinstance(betas[1], float))
                 or (isinstance(betas[0], Tensor) and isinstance(betas[1], Tensor))):
             raise ValueError("betas must be either both floats or both Tensors")  # noqa: TRY004 (torch's type)
-        if differentiable:
-            raise ValueError("tapejit.optim does not support differentiable=True: steps are "
-                             "not recorded on the tape")
         betas = tuple(float(b) for b in betas)
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
                     "capturable": capturable, "differentiable": differentiable, "fused": fused,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
+        check_fused(fused, foreach, differentiable)
 
-    def _init_state(self, p, param_state, amsgrad):
-        param_state["step"] = self._step_counter()
+    def _init_state(self, p, param_state, amsgrad, fused):
+        param_state["step"] = self._step_counter(fused)
         param_state["exp_avg"] = self._state_zeros(p)
         param_state["exp_avg_sq"] = self._state_zeros(p)
         if amsgrad:
@@ -60,6 +65,8 @@ class Adam(Optimizer):
         param_flat = self._param_flat
         state = self.state
         for group in self.param_groups:
+            if group["differentiable"] or group["capturable"]:
+                check_step_options(group, differentiable_rule=type(self).__name__)
             lr = float(group["lr"])
             beta1, beta2 = (float(b) for b in group["betas"])
             eps = float(group["eps"])
@@ -70,7 +77,7 @@ class Adam(Optimizer):
             for p, grad in with_grads(group):
                 param_state = state[p]
                 if not param_state:
-                    self._init_state(p, param_state, amsgrad)
+                    self._init_state(p, param_state, amsgrad, bool(group["fused"]))
                 flat = param_flat(p)
                 if amsgrad:
                     if "max_exp_avg_sq" not in param_state:  # amsgrad switched on later

@@ -1,19 +1,23 @@
-"""The optimizer base class, with torch.optim.Optimizer's structure and errors.
+"""The optimizer base class, with torch.optim.Optimizer's structure, errors and hooks.
 
 ``param_groups`` is a list of dicts holding the parameters and every hyper-parameter,
 ``state`` maps a parameter to its per-parameter state (tapejit tensors), and
 ``state_dict()`` / ``load_state_dict()`` use torch's layout (parameters replaced by their
-index in group order).
+index in group order).  Step, state-dict and load-state-dict hooks run as torch's do (the
+class's ``step`` is wrapped when its first instance is made).
 
 Updates write the parameter's own NumPy array in place and bump its version counter once
 through ``tapejit.inplace.note_leaf_write``, so a graph that saved the old value refuses
-to backward with PyTorch's in-place error.  The compiled rules need 1-D arrays; the 1-D
-views of long-lived arrays (parameters, state) are cached by array identity so that a step
-on a small model costs little more than one kernel call per parameter.
+to backward with PyTorch's in-place error.  The compiled rules (SGD, Adam, RMSprop) need
+1-D arrays; the 1-D views of long-lived arrays (parameters, state) are cached by array
+identity so that a step on a small model costs little more than one kernel call per
+parameter.  The NumPy rules of the rarer optimizers work on the arrays as they are.
 """
 import copy
+import functools
+import itertools
 import warnings
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import numpy as np
 
@@ -25,7 +29,8 @@ from tapejit.inplace import note_leaf_write
 from tapejit.tape import state as _state
 from tapejit.tensor import Tensor
 
-__all__ = ["Optimizer", "required"]
+__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook",
+           "register_optimizer_step_post_hook"]
 
 
 class _RequiredParameter:
@@ -36,6 +41,10 @@ class _RequiredParameter:
 
 
 required = _RequiredParameter()
+
+_HOOK_DICTS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+               "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+               "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks")
 
 _DUPLICATE_WARNING = (
     "optimizer contains a parameter group with duplicate parameters; in future, this will "
@@ -53,6 +62,82 @@ def _typename(obj):
     return f"{module}.{cls.__qualname__}"
 
 
+class _RemovableHandle:
+    """What ``register_*_hook`` returns: ``handle.remove()`` unregisters the hook (also as a
+    context manager), as torch.utils.hooks.RemovableHandle."""
+
+    _next_id = itertools.count()
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.id = next(self._next_id)
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.remove()
+
+
+_global_step_pre_hooks = OrderedDict()
+_global_step_post_hooks = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook):
+    """``hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs)``, run before every
+    optimizer's ``step``."""
+    handle = _RemovableHandle(_global_step_pre_hooks)
+    _global_step_pre_hooks[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook):
+    """``hook(optimizer, args, kwargs)``, run after every optimizer's ``step``."""
+    handle = _RemovableHandle(_global_step_post_hooks)
+    _global_step_post_hooks[handle.id] = hook
+    return handle
+
+
+def _add_hook(hooks, hook, prepend=False):
+    handle = _RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
+def _hooked_step(step):
+    """``step`` running the step pre- and post-hooks around it, as torch's
+    ``Optimizer.profile_hook_step`` (whose hooks see the optimizer as ``args[0]`` too); with
+    no hook registered, one test and a call."""
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        self = args[0]
+        pre = getattr(self, "_optimizer_step_pre_hooks", None)
+        post = getattr(self, "_optimizer_step_post_hooks", None)
+        if not (pre or post or _global_step_pre_hooks or _global_step_post_hooks):
+            return step(*args, **kwargs)
+        for hook in itertools.chain(tuple(_global_step_pre_hooks.values()),
+                                    tuple((pre or {}).values())):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of "
+                                       f"(new_args, new_kwargs), but got {result}.")
+                args, kwargs = result
+        out = step(*args, **kwargs)
+        for hook in itertools.chain(tuple((post or {}).values()),
+                                    tuple(_global_step_post_hooks.values())):
+            hook(self, args, kwargs)
+        return out
+
+    wrapper.hooked = True
+    return wrapper
+
+
 def with_grads(group):
     """``(parameter, gradient)`` for each parameter of ``group`` that has a gradient (the
     others are skipped, as torch's optimizers do)."""
@@ -62,12 +147,76 @@ def with_grads(group):
             yield p, grad
 
 
+# torch's refusals of options that need a device or an autograd graph tapejit's optimizers
+# do not have (capturable, differentiable), with torch's exception types and texts.
+CAPTURABLE_DEVICES = "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla']"
+CAPTURABLE_MESSAGE = ("If capturable=True, params and state_steps must be on supported devices: "
+                      + CAPTURABLE_DEVICES + ".")
+
+
+def check_fused(fused, foreach, differentiable):
+    """The constructor's checks of ``fused=True`` (torch's order and RuntimeErrors).  torch's
+    fused kernels compute the same update, so an accepted ``fused=True`` changes nothing
+    here but the step counter's dtype (float32, as torch's)."""
+    if fused:
+        if differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+
+def check_step_options(group, capturable_message=CAPTURABLE_MESSAGE, differentiable_rule=None):
+    """Refuse a step torch refuses on the CPU, before anything is written.
+
+    ``capturable=True`` (without ``fused``) needs an accelerator: torch asserts the devices.
+    ``differentiable=True`` records the update on the autograd graph: torch's first in-place
+    write to a parameter that requires grad fails with the leaf error.  tapejit does not
+    record steps, so a gradient that itself requires grad is refused too (torch would record
+    the update; tapejit would silently not), and so is the step of an optimizer whose
+    differentiable update torch computes differently (``differentiable_rule`` names it)."""
+    if group.get("capturable") and not group.get("fused"):
+        for _ in with_grads(group):
+            raise AssertionError(capturable_message)
+    if group.get("differentiable"):
+        for p, grad in with_grads(group):
+            if p.requires_grad:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   "in-place operation.")
+            if grad.requires_grad:
+                raise RuntimeError("differentiable=True with a gradient that requires grad: "
+                                   "tapejit.optim does not record optimizer steps on the tape")
+            if differentiable_rule is not None:
+                raise RuntimeError(f"{differentiable_rule}(differentiable=True): torch's "
+                                   "differentiable update computes the bias corrections in the "
+                                   "step counter's dtype; tapejit implements only the usual "
+                                   "update (differentiable=False)")
+
+
 def _grad_array(grad, like):
     """The gradient's value as a 1-D array of the parameter array's dtype (read only)."""
     array = grad._data if grad._tape is None else grad._value()
     if array.dtype is not like.dtype and array.dtype != like.dtype:
         array = array.astype(like.dtype)
     return array if array.ndim == 1 else array.reshape(-1)
+
+
+def grad_value(grad, like):
+    """The gradient's value as an array of the parameter array's dtype, in the parameter's
+    shape (read only: the NumPy rules never write into it)."""
+    array = grad._data if grad._tape is None else grad._value()
+    if array.dtype != like.dtype:
+        array = array.astype(like.dtype)
+    return array
+
+
+def lerp_(start, end, weight):
+    """``start.lerp_(end, weight)`` for a Python-float weight, with torch's two formulas
+    (it switches at 0.5 for accuracy) in the array's dtype."""
+    w = start.dtype.type(weight)
+    if abs(w) < 0.5:
+        start += w * (end - start)
+    else:
+        np.subtract(end, (end - start) * (start.dtype.type(1) - w), out=start)
 
 
 def scalar_dtype():
@@ -80,6 +229,8 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         self.defaults = defaults
+        self._init_hooks()
+        self._patch_step_function()
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of "
                             "Tensors or dicts, but got " + _typename(params))
@@ -94,6 +245,45 @@ class Optimizer:
             param_groups = [{"params": param_groups}]
         for group in param_groups:
             self.add_param_group(group)
+
+    # ---- hooks ------------------------------------------------------------------------------
+
+    def _init_hooks(self):
+        for name in _HOOK_DICTS:
+            if name not in self.__dict__:
+                setattr(self, name, OrderedDict())
+
+    def _patch_step_function(self):
+        # As torch: the class's step is wrapped once, when its first instance is made (so a
+        # user-defined optimizer gets the hooks too).
+        cls = type(self)
+        if not getattr(cls.step, "hooked", False):
+            cls.step = _hooked_step(cls.step)
+
+    def register_step_pre_hook(self, hook):
+        """``hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs)`` before ``step``."""
+        return _add_hook(self._optimizer_step_pre_hooks, hook)
+
+    def register_step_post_hook(self, hook):
+        """``hook(optimizer, args, kwargs)`` after ``step``."""
+        return _add_hook(self._optimizer_step_post_hooks, hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend=False):
+        """``hook(optimizer)`` before ``state_dict()`` builds the dict."""
+        return _add_hook(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend=False):
+        """``hook(optimizer, state_dict) -> state_dict or None`` on the built dict."""
+        return _add_hook(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend=False):
+        """``hook(optimizer, state_dict) -> state_dict or None`` before loading (it receives
+        a shallow copy of the argument)."""
+        return _add_hook(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend=False):
+        """``hook(optimizer)`` after ``load_state_dict`` loaded the state."""
+        return _add_hook(self._optimizer_load_state_dict_post_hooks, hook, prepend)
 
     # ---- parameter groups ------------------------------------------------------------------
 
@@ -211,6 +401,14 @@ class Optimizer:
         note_leaf_write(p)
         return self._flat(p._data)
 
+    def _param_array(self, p):
+        """The parameter's own array (any shape and strides), for the NumPy rules, after
+        bumping its version once for this step's write."""
+        if p._tape is not None:
+            raise RuntimeError("can't optimize a non-leaf Tensor")
+        note_leaf_write(p)
+        return p._data
+
     def _finish_step(self):
         """Copy updates made on copies of non-contiguous arrays back into them."""
         for array, flat in self._copies:
@@ -221,8 +419,9 @@ class Optimizer:
         return _new_zeros(p._shape, dtype=p._dtype)
 
     @staticmethod
-    def _step_counter():
-        return _new_tensor(0.0, dtype=scalar_dtype())
+    def _step_counter(fused=False):
+        # torch keeps a fused update's step in float32 whatever the default dtype
+        return _new_tensor(0.0, dtype=dtypes.float32 if fused else scalar_dtype())
 
     # ---- state dict ------------------------------------------------------------------------
 
@@ -231,6 +430,8 @@ class Optimizer:
 
         As in torch, the state tensors are the optimizer's own (not copies): deep-copy the
         result to keep a snapshot while training continues."""
+        for hook in tuple(self._optimizer_state_dict_pre_hooks.values()):
+            hook(self)
         index_of = {}
         start = 0
         packed_groups = []
@@ -243,13 +444,24 @@ class Optimizer:
             packed_groups.append(packed)
         packed_state = {(index_of[id(k)] if isinstance(k, Tensor) else k): v
                         for k, v in self.state.items()}
-        return {"state": packed_state, "param_groups": packed_groups}
+        state_dict = {"state": packed_state, "param_groups": packed_groups}
+        for hook in tuple(self._optimizer_state_dict_post_hooks.values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
 
     def load_state_dict(self, state_dict):
-        """Load a state saved by ``state_dict()`` (this library's or the same layout's).
+        """Load a state saved by ``state_dict()`` (this library's or torch's layout).
 
         State tensors are copied, floating-point ones cast to their parameter's dtype
-        (``step`` counters keep theirs), so the loaded optimizer never writes into the dict."""
+        (``step`` counters keep theirs, or become float32 in a fused or capturable group, as
+        in torch), so the loaded optimizer never writes into the dict."""
+        state_dict = state_dict.copy()
+        for hook in tuple(self._optimizer_load_state_dict_pre_hooks.values()):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         groups = self.param_groups
         saved_groups = copy.deepcopy(state_dict["param_groups"])
         if len(groups) != len(saved_groups):
@@ -258,14 +470,17 @@ class Optimizer:
             raise ValueError("loaded state dict contains a parameter group that doesn't match "
                              "the size of optimizer's group")
         param_of = {}
+        float32_steps = {}
         for group, saved in zip(groups, saved_groups):
             param_of.update(zip(saved["params"], group["params"]))
+            for key in saved["params"]:
+                float32_steps.setdefault(key, bool(saved.get("fused") or saved.get("capturable")))
 
         state = defaultdict(dict)
         for key, value in state_dict["state"].items():
             if key in param_of:
                 param = param_of[key]
-                state[param] = {name: _loaded_value(param, name, v) for name, v in value.items()}
+                state[param] = _loaded_value(param, None, value, float32_steps[key])
             else:
                 state[key] = value
         for group, saved in zip(groups, saved_groups):
@@ -273,6 +488,8 @@ class Optimizer:
             if "param_names" in group and "param_names" not in saved:
                 saved["param_names"] = group["param_names"]
         self.__setstate__({"state": state, "param_groups": saved_groups})
+        for hook in tuple(self._optimizer_load_state_dict_post_hooks.values()):
+            hook(self)
 
     def __getstate__(self):
         return {"defaults": self.defaults, "state": self.state, "param_groups": self.param_groups}
@@ -281,6 +498,8 @@ class Optimizer:
         self.__dict__.update(state)
         self._views = {}
         self._copies = []
+        self._init_hooks()
+        self._patch_step_function()
         # A state saved before an option existed gets its default, as torch's __setstate__.
         for group in self.param_groups:
             for name, default in self.defaults.items():
@@ -297,19 +516,26 @@ class Optimizer:
         return text + ")"
 
 
-def _loaded_value(param, name, value):
-    """A private copy of one loaded state entry, as tapejit tensors of the right dtype."""
+def _loaded_value(param, name, value, float32_step=False):
+    """A private copy of one loaded state entry, as tapejit tensors of the right dtype
+    (torch's ``_process_value_according_to_param_policy``; lists, tuples and dicts are
+    copied entry by entry)."""
     if isinstance(value, Tensor) or (hasattr(value, "__array__") and hasattr(value, "shape")):
         # a copy; torch tensors (``.numpy()``) and NumPy arrays are accepted too
         array = np.array(value._value() if isinstance(value, Tensor)
                          else value.numpy() if hasattr(value, "numpy") else value)
         if name == "step":
-            return _new_tensor(array, dtype=_step_dtype(array.dtype))
+            return _new_tensor(array, dtype=dtypes.float32 if float32_step
+                               else _step_dtype(array.dtype))
+        if not param._dtype.is_floating_point:
+            return _new_tensor(array)
         return _new_tensor(array, dtype=param._dtype)
     if name == "step" and isinstance(value, (int, float)):
         return _new_tensor(float(value), dtype=scalar_dtype())  # old checkpoints kept a number
     if isinstance(value, dict):
-        return {k: _loaded_value(param, k, v) for k, v in value.items()}
+        return {k: _loaded_value(param, k, v, float32_step) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_loaded_value(param, None, v, float32_step) for v in value)
     return copy.deepcopy(value)
 
 

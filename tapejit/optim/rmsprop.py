@@ -1,6 +1,6 @@
 """RMSprop, as torch.optim.RMSprop."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
+from tapejit.optim.optimizer import Optimizer, _grad_array, check_step_options, with_grads
 from tapejit.tensor import Tensor
 
 __all__ = ["RMSprop"]
@@ -13,6 +13,9 @@ class RMSprop(Optimizer):
         s = alpha * s + (1 - alpha) * g * g
         avg = sqrt(s - a * a) + eps with a = lerp(a, g, 1 - alpha)  (centered)  |  sqrt(s) + eps
         buf = momentum * buf + g / avg;  p -= lr * buf   (momentum > 0)  |  p -= lr * g / avg
+
+    ``foreach`` changes nothing; ``capturable=True`` and ``differentiable=True`` fail at the
+    step as torch's do on the CPU (see ``check_step_options``).
     """
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
@@ -30,9 +33,6 @@ class RMSprop(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if not 0.0 <= alpha:
             raise ValueError(f"Invalid alpha value: {alpha}")
-        if differentiable:
-            raise ValueError("tapejit.optim does not support differentiable=True: steps are "
-                             "not recorded on the tape")
         defaults = {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps,
                     "centered": centered, "weight_decay": weight_decay, "capturable": capturable,
                     "foreach": foreach, "maximize": maximize, "differentiable": differentiable}
@@ -44,6 +44,8 @@ class RMSprop(Optimizer):
         param_flat = self._param_flat
         state = self.state
         for group in self.param_groups:
+            if group["differentiable"] or group["capturable"]:
+                check_step_options(group)
             lr = float(group["lr"])
             alpha = float(group["alpha"])
             eps = float(group["eps"])

@@ -1,6 +1,7 @@
 """Stochastic gradient descent, optionally with momentum, as torch.optim.SGD."""
 from tapejit.optim import _kernels
-from tapejit.optim.optimizer import Optimizer, _grad_array, with_grads
+from tapejit.optim.optimizer import (Optimizer, _grad_array, check_fused, check_step_options,
+                                     with_grads)
 
 __all__ = ["SGD"]
 
@@ -14,7 +15,8 @@ class SGD(Optimizer):
         p -= lr * g
 
     ``foreach`` and ``fused`` are accepted for compatibility and change nothing: every
-    update is already one fused compiled pass per parameter.
+    update is already one fused compiled pass per parameter.  ``differentiable=True`` is
+    accepted and fails at the step as torch's does (see ``check_step_options``).
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
@@ -25,21 +27,21 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid momentum value: {momentum}")
         if weight_decay < 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if differentiable:
-            raise ValueError("tapejit.optim does not support differentiable=True: steps are "
-                             "not recorded on the tape")
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
                     "foreach": foreach, "differentiable": differentiable, "fused": fused}
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
+        check_fused(fused, foreach, differentiable)
 
     def step(self, closure=None):
         loss = None if closure is None else self._evaluate(closure)
         flat_of = self._flat
         param_flat = self._param_flat
         for group in self.param_groups:
+            if group["differentiable"]:
+                check_step_options(group)
             lr = float(group["lr"])
             momentum = float(group["momentum"])
             weight_decay = float(group["weight_decay"])
