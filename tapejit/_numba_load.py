@@ -79,7 +79,7 @@ def not_cached(reason):
 
 def cache_dir():
     """``$TAPEJIT_CACHE_DIR``, else this installation's folder in the user's cache directory
-    (one per package path and Python version: installs of other versions never overwrite
+    (one per package path and Python version, so that two installations never overwrite
     each other's sweeps)."""
     chosen = os.environ.get("TAPEJIT_CACHE_DIR")
     if chosen:

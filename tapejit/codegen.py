@@ -444,12 +444,12 @@ def load_sweeps(mask):
     digest = registry.registry_hash()
     name = module_name(mask)
     try:
-        path = _current_file(name, mask, digest)
+        module = _module_from_file(name, _current_file(name, mask, digest))
+        if module.REGISTRY_HASH != digest:
+            raise OSError(f"{module.__file__} was replaced meanwhile by another tapejit's")
     except OSError as e:
         _numba_load.not_cached(f"{type(e).__name__}: {e}")
         module = _module_from_source(name, generate_source(ops_in(mask), digest))
-    else:
-        module = _module_from_file(name, path)
     _modules[mask] = module
     return module
 
