@@ -57,11 +57,7 @@ def run(script, cache=None, cwd=None, **env_changes):
         env.pop(name, None)    # the program's own groups; Numba's entries beside the module
     if cache is not None:
         env["TAPEJIT_CACHE_DIR"] = str(cache)
-    for name, value in env_changes.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = str(value)
+    env.update({name: str(value) for name, value in env_changes.items()})
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          timeout=900, cwd=cwd or (Path(cache).parent if cache else None))
     assert out.returncode == 0, out.stderr
