@@ -7,7 +7,7 @@ to catch slot-index bugs that would otherwise corrupt memory).
 """
 from numba import njit
 
-from tapejit._numba_load import light_loading
+from tapejit._numba_load import disk_cached
 
 # error_model="numpy": a division by zero gives inf/nan as NumPy and PyTorch do,
 # instead of raising inside a sweep where the traceback would be useless.
@@ -50,11 +50,12 @@ def small_kernel(fn):
 
 
 def sweep(fn):
-    """An entry point called from Python: cached on disk so a second process does not compile
-    (and loads without Numba's compiler set-up: tapejit/_numba_load.py)."""
-    return light_loading(njit(cache=True, **_COMMON)(fn))
+    """An entry point called from Python: cached on disk so a second process does not compile,
+    in tapejit's private cache folder, and loaded without Numba's compiler set-up
+    (tapejit/_numba_load.py; not ``cache=True``, which would choose Numba's folders)."""
+    return disk_cached(njit(**_COMMON)(fn))
 
 
 def parallel_sweep(fn):
     """An entry point whose ``prange`` loops run across cores (batched replay)."""
-    return light_loading(njit(cache=True, parallel=True, **_COMMON)(fn))
+    return disk_cached(njit(parallel=True, **_COMMON)(fn))

@@ -79,15 +79,18 @@ def test_hash_covers_every_rule_source(tmp_path):
     assert registry.registry_hash(swapped) != registry.registry_hash(files)
 
 
-def test_regenerates_only_when_text_changes(tmp_path):
+def test_regenerates_only_when_text_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))
+    arith = codegen.group_mask(["arith"])
+    digest = registry.registry_hash()
     stale = tmp_path / "sweep_arith.py"
     stale.write_text('REGISTRY_HASH = "0000"\n')
-    assert codegen._current_hash_in(stale) == "0000"
-    arith = codegen.group_mask(["arith"])
-    codegen.write_generated(stale, arith)
-    assert codegen._current_hash_in(stale) == registry.registry_hash()
+    path = codegen._current_file("sweep_arith", arith, digest)
+    assert path == stale and stale.read_text() == codegen.generate_source(codegen.ops_in(arith))
+    assert codegen._recorded_hash(stale, tmp_path / "sweep_arith.sha256") == digest
     mtime = stale.stat().st_mtime_ns
-    codegen.write_generated(stale, arith)  # same text: the file, and so Numba's cache, is kept
+    (tmp_path / "sweep_arith.sha256").unlink()
+    codegen._current_file("sweep_arith", arith, digest)  # same text: the file, and so its caches, kept
     assert stale.stat().st_mtime_ns == mtime
 
 
@@ -103,9 +106,9 @@ def test_edited_kernel_is_recompiled(tmp_path):
         x.exp().sum().backward()
         print(repr(x.grad.item()))
     """)
-    env = dict(os.environ, PYTHONPATH=str(work), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=str(work), NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               TAPEJIT_CACHE_DIR=str(tmp_path / "sweeps"))
     env.pop("TAPEJIT_SWEEP_GROUPS", None)
-    env.pop("TAPEJIT_CACHE_DIR", None)
 
     def run():
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
