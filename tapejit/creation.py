@@ -63,6 +63,12 @@ def _scan(x, d, shape, scan):
                 raise ValueError(f"expected sequence of shape {list(shape[d:])} at dim {d} (got {list(x.shape)})")
             scan.add(dtypes.data_dtype(x.dtype))
             return
+        if isinstance(x, Tensor) and x._shape:   # a tensor where a sequence goes: its rows, as torch
+            if x._shape != tuple(shape[d:]):
+                raise ValueError(f"expected sequence of shape {list(shape[d:])} at dim {d} (got {list(x._shape)})")
+            scan.add(x._dtype)
+            scan.tensors = True
+            return
         if not isinstance(x, _SEQUENCES):
             if isinstance(x, str):
                 raise ValueError(f"too many dimensions 'str'")
@@ -148,7 +154,7 @@ def _nested_array(data, dt):
     if scan.big_int and dt is dtypes.int64:
         raise ValueError(_OVERFLOW)
     if scan.tensors:
-        data = _unwrap(data)
+        data = _unwrap(data, len(shape))
     if dt is dtypes.int64 and scan.dt is not None and scan.dt.is_floating_point:
         # NumPy converts each float itself, refusing NaN, inf and values past int64
         try:
@@ -218,15 +224,14 @@ LongTensor = _TypedTensor("LongTensor", (), {"dtype": dtypes.int64})
 BoolTensor = _TypedTensor("BoolTensor", (), {"dtype": dtypes.bool_})
 
 
-def _unwrap(seq):
-    """Nested sequences with each tensor replaced by its one value and each array by its rows."""
+def _unwrap(seq, ndim):
+    """Nested sequences of ``ndim`` dims with each tensor replaced by its value: its one
+    element at the innermost dim, its rows (an array) above it."""
     if isinstance(seq, Tensor):
-        return seq._value().reshape(-1)[0]
-    if isinstance(seq, np.ndarray):
-        return seq
+        return seq._value() if ndim else seq._value().reshape(-1)[0]
     if not isinstance(seq, _SEQUENCES):
         return seq
-    return [_unwrap(e) for e in seq]
+    return [_unwrap(e, ndim - 1) for e in seq]
 
 
 def _leaf(arr, requires_grad):
