@@ -117,9 +117,10 @@ def operator(fn):
     operand, so Python tries ``other``'s reflected operator and then raises its own
     ``TypeError`` ("unsupported operand type(s) for -: 'Tensor' and 'str'")."""
     types = _types()
+    common = frozenset(types[:3])   # Tensor, float, int: a set lookup, cheaper than isinstance
 
     def binary(self, other):
-        if isinstance(other, types) and not isinstance(other, complex):
+        if type(other) in common or (isinstance(other, types) and not isinstance(other, complex)):
             return fn(self, other)
         return NotImplemented
     binary.__name__ = binary.__qualname__ = fn.__name__
@@ -156,8 +157,8 @@ def front_end(fn, public=None, method=False):
         checks.append((p, kind, position))
     if not checks:
         return fn
-    env = {"_fn": fn, "_T": _tensor_cls(), "_operands": _types(), "_reject": _reject,
-           "_reject_tensors": _reject_tensors}
+    env = {"_fn": fn, "_T": _tensor_cls(), "_operands": _types(), "_common": frozenset(_types()[:3]),
+           "_reject": _reject, "_reject_tensors": _reject_tensors}
     signature, call = [], []
     keyword_only = False
     for i, p in enumerate(params):
@@ -190,12 +191,12 @@ def front_end(fn, public=None, method=False):
             if p.kind is not p.VAR_POSITIONAL:
                 body.append(f"    if {optional}not isinstance({v}, (list, tuple)): _reject_tensors({v}, {where})")
             body.append(f"    for _x in {v}:\n"
-                        f"        if _x.__class__ is not _T and not isinstance(_x, _T): _reject_tensors({v}, {where})")
+                        f"        if type(_x) is not _T and not isinstance(_x, _T): _reject_tensors({v}, {where})")
         elif kind is TENSOR:
-            body.append(f"    if {optional}{v}.__class__ is not _T and not isinstance({v}, _T): "
+            body.append(f"    if {optional}type({v}) is not _T and not isinstance({v}, _T): "
                         f"_reject({v}, {where}, {kind!r})")
         else:
-            body.append(f"    if {optional}{v}.__class__ is not _T and (not isinstance({v}, _operands) "
+            body.append(f"    if {optional}type({v}) not in _common and (not isinstance({v}, _operands) "
                         f"or isinstance({v}, complex)): _reject({v}, {where}, {kind!r})")
     source = (f"def {public}({', '.join(signature)}):\n" + "\n".join(body)
               + f"\n    return _fn({', '.join(call)})\n")

@@ -71,7 +71,7 @@ def _scan(x, d, shape, scan):
             return
         if not isinstance(x, _SEQUENCES):
             if isinstance(x, str):
-                raise ValueError(f"too many dimensions 'str'")
+                raise ValueError("too many dimensions 'str'")
             raise TypeError(f"not a sequence: expected a sequence of length {shape[d]} at dim {d}, "
                             f"got {_type_name(x)}")
         if len(x) != shape[d]:
@@ -119,7 +119,6 @@ def _scan_scalar(x, d, scan):
         scan.tensors = True
     elif isinstance(x, np.ndarray):   # 0-d
         scan.add(dtypes.data_dtype(x.dtype))
-        scan.tensors = True
     elif isinstance(x, numbers.Integral):
         scan.add(dtypes.int64)
         if not _INT64_MIN <= int(x) < _INT64_END:
@@ -161,8 +160,7 @@ def _nested_array(data, dt):
             return np.array(data, dtype=np.int64)
         except (OverflowError, ValueError):
             raise RuntimeError("value cannot be converted to type int64 without overflow") from None
-    arr = np.array(data, dtype=dt.np)
-    return arr.reshape(shape) if arr.size == 0 else arr
+    return np.array(data, dtype=dt.np)
 
 
 def _array_as(arr, dt, fn):

@@ -72,7 +72,8 @@ def as_dtype(d, fn=None):
         return bool_
     if not (isinstance(d, np.dtype) or (isinstance(d, type) and issubclass(d, np.generic))):
         from tapejit.api import type_name
-        raise TypeError(f"{fn or 'tapejit'}(): argument 'dtype' must be tapejit.dtype, not {type_name(d)}")
+        where = f"{fn}(): argument 'dtype'" if fn else "dtype"
+        raise TypeError(f"{where} must be tapejit.dtype, not {type_name(d)}")
     npd = np.dtype(d)
     if npd.kind == "f":
         return float32 if npd.itemsize <= 4 else float64
@@ -92,19 +93,18 @@ def from_numpy_dtype(npd):
 
 def data_dtype(npd, fn="tensor"):
     """The tapejit dtype that holds NumPy data of dtype ``npd`` without changing a value:
-    narrower ints and floats widen to int64 and float32; uint64 (past int64's range) and
-    types tapejit has no dtype for are a ``TypeError`` naming them, never a wrapped value."""
+    narrower ints and floats widen to int64 and float32.  uint64 (past int64's range) and
+    the types tapejit has no dtype for are a ``TypeError`` naming them, never wrapped or
+    rounded values."""
     found = _BY_NUMPY.get(npd)
     if found is not None:
         return found
-    if npd.kind == "f" and npd.itemsize <= 8 or npd.kind == "i" or (npd.kind == "u" and npd.itemsize < 8):
+    if (npd.kind == "f" and npd.itemsize <= 8) or npd.kind == "i" or (npd.kind == "u" and npd.itemsize < 8):
         return as_dtype(npd)
-    raise TypeError(
-        f"{fn}(): can't convert np.ndarray of type numpy.{npd}: tapejit has no such dtype (its dtypes are "
-        "float32, float64, int64 and bool), and int64 cannot hold every value of it; convert the "
-        "array first (e.g. .astype(np.int64) if its values fit)" if npd == np.uint64 else
-        f"{fn}(): can't convert np.ndarray of type numpy.{npd}. The only supported types are: "
-        "float64, float32, float16, int64, int32, int16, int8, uint32, uint16, uint8 and bool.")
+    hint = " (int64 cannot hold all its values; convert with .astype(np.int64) if they fit)" \
+        if npd == np.uint64 else ""
+    raise TypeError(f"{fn}(): can't convert np.ndarray of type numpy.{npd}: tapejit has no such dtype, its "
+                    f"dtypes are float32, float64, int64 and bool{hint}")
 
 
 # torch's ScalarType names, as its kernels' errors spell them ("not implemented for 'Long'").
