@@ -16,6 +16,7 @@ operator functions return ``NotImplemented`` themselves.
 """
 import inspect
 import numbers
+import os
 
 EXPORTS = []   # (name, fn, method_name_or_None, dunders)
 
@@ -124,6 +125,8 @@ def operator(fn):
             return fn(self, other)
         return NotImplemented
     binary.__name__ = binary.__qualname__ = fn.__name__
+    # The frame's name is the op's, as tj.compile's errors name the op user code called.
+    binary.__code__ = binary.__code__.replace(co_name=getattr(fn, "__code__", binary.__code__).co_name)
     binary.__doc__ = fn.__doc__
     binary.__wrapped__ = fn
     return binary
@@ -200,7 +203,10 @@ def front_end(fn, public=None, method=False):
                         f"or isinstance({v}, complex)): _reject({v}, {where}, {kind!r})")
     source = (f"def {public}({', '.join(signature)}):\n" + "\n".join(body)
               + f"\n    return _fn({', '.join(call)})\n")
-    exec(compile(source, f"<tapejit front end {public}>", "exec"), env)
+    # A file name inside the package: tracebacks say what the frame is, and tj.compile
+    # counts it as tapejit's own code when it names the line of user code at fault.
+    exec(compile(source, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<front end {public}>"),
+                 "exec"), env)
     checked = env[public]
     checked.__qualname__ = getattr(fn, "__qualname__", public)
     checked.__module__ = fn.__module__
