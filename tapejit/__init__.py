@@ -9,10 +9,9 @@ from tapejit.dtypes import (float32, float64, int64, bool_ as bool, double, floa
 from tapejit.dtypes import dtype  # noqa: F401
 from tapejit.tensor import Tensor, Size
 from tapejit import ops as _ops  # noqa: F401  (registers every op and front end)
-from tapejit.api import install as _install
-from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like,
-                              ones_like, empty_like, full_like, arange, linspace, eye, manual_seed,
-                              rand, randn, randint, randperm, rand_like, randn_like)
+from tapejit.api import install as _install, front_end as _front_end
+from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, arange, linspace,
+                              eye, manual_seed, rand, randn, randint, randperm)
 from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
                                inference_mode, is_inference_mode_enabled)
 from tapejit import autograd, nn, optim  # noqa: F401
@@ -35,10 +34,12 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
+@_front_end
 def numel(input):
     return input.numel()
 
 
+@_front_end
 def is_floating_point(input):
     return input.is_floating_point()
 

@@ -55,18 +55,25 @@ def set_default_dtype(d):
     _default_float[0] = d
 
 
-def as_dtype(d):
-    """Accept a tapejit dtype, a NumPy dtype or a Python type and return a tapejit dtype."""
+def as_dtype(d, fn=None):
+    """The tapejit dtype of a ``dtype=`` argument: a tapejit dtype, Python's ``float``,
+    ``int`` or ``bool`` (float64, int64 and bool, as torch and NumPy read them), or a NumPy
+    dtype (NumPy mode's ``x.dtype``).  Anything else, a dtype name string included, is
+    torch's ``TypeError``; ``fn`` names the function in its message."""
     if isinstance(d, dtype):
         return d
     if d is None:
         return None
     if d is builtins.float:
-        return get_default_dtype()
+        return float64
     if d is builtins.int:
         return int64
     if d is builtins.bool:
         return bool_
+    if not (isinstance(d, np.dtype) or (isinstance(d, type) and issubclass(d, np.generic))):
+        from tapejit.api import type_name
+        where = f"{fn}(): argument 'dtype'" if fn else "dtype"
+        raise TypeError(f"{where} must be tapejit.dtype, not {type_name(d)}")
     npd = np.dtype(d)
     if npd.kind == "f":
         return float32 if npd.itemsize <= 4 else float64
@@ -82,6 +89,31 @@ def from_numpy_dtype(npd):
     if found is not None:
         return found
     return as_dtype(npd)
+
+
+def data_dtype(npd, fn="tensor"):
+    """The tapejit dtype that holds NumPy data of dtype ``npd`` without changing a value:
+    narrower ints and floats widen to int64 and float32.  uint64 (past int64's range) and
+    the types tapejit has no dtype for are a ``TypeError`` naming them, never wrapped or
+    rounded values."""
+    found = _BY_NUMPY.get(npd)
+    if found is not None:
+        return found
+    if (npd.kind == "f" and npd.itemsize <= 8) or npd.kind == "i" or (npd.kind == "u" and npd.itemsize < 8):
+        return as_dtype(npd)
+    hint = " (int64 cannot hold all its values; convert with .astype(np.int64) if they fit)" \
+        if npd == np.uint64 else ""
+    raise TypeError(f"{fn}(): can't convert np.ndarray of type numpy.{npd}: tapejit has no such dtype, its "
+                    f"dtypes are float32, float64, int64 and bool{hint}")
+
+
+# torch's ScalarType names, as its kernels' errors spell them ("not implemented for 'Long'").
+SCALAR_TYPE_NAMES = {"float64": "Double", "float32": "Float", "int64": "Long", "bool": "Bool"}
+
+
+def not_implemented(kernel, dt):
+    """torch's error for a kernel that has no version for dtype ``dt``."""
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{SCALAR_TYPE_NAMES[dt.name]}'")
 
 
 def promote(a, b):

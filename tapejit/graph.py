@@ -4,15 +4,26 @@ A node is (tape, record index); its class is named after the op's PyTorch node
 (``MulBackward0``), and ``next_functions`` follows the record's operands: an operand
 loaded from a leaf that requires grad shows as ``AccumulateGrad``, a constant as
 ``(None, 0)``.
+
+As in torch, one record has one node object while anything holds it, so
+``y.grad_fn is y.grad_fn`` and the nodes of ``next_functions`` are the same objects at
+every access.  The caches hold nodes weakly: a node keeps its tape alive (as torch's node
+keeps its graph), the cache keeps nothing alive.  They are keyed by the tape's serial,
+which changes when a pooled tape is reset for a new graph, so a node never outlives the
+records it shows (a tape that a node refers to is never reused anyway).
 """
+import weakref
+
 from tapejit import registry
 from tapejit.tensor import Tensor
 
 _classes = {}
+_nodes = weakref.WeakValueDictionary()          # (tape serial, record) -> Node
+_accumulators = weakref.WeakValueDictionary()   # id(leaf) -> AccumulateGrad
 
 
 class Node:
-    __slots__ = ("_tape", "_r")
+    __slots__ = ("_tape", "_r", "__weakref__")
 
     def __init__(self, tape, r):
         self._tape = tape
@@ -67,7 +78,7 @@ class Node:
 class AccumulateGrad:
     """The node of a leaf that requires grad; ``variable`` is the leaf."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("variable", "__weakref__")
 
     def __init__(self, variable):
         self.variable = variable
@@ -105,9 +116,20 @@ def _node_at(tape, arena, off):
         if not isinstance(src, Tensor):   # an output of a custom Function: its context
             return src
         if src._tape is None:
-            return AccumulateGrad(src) if src._rg else None
+            return _accumulator(src) if src._rg else None
         return node_for(src)
-    return _node_class(op.node)(tape, r)
+    key = (tape.serial, r)
+    node = _nodes.get(key)
+    if node is None:
+        node = _nodes[key] = _node_class(op.node)(tape, r)
+    return node
+
+
+def _accumulator(leaf):
+    node = _accumulators.get(id(leaf))
+    if node is None or node.variable is not leaf:
+        node = _accumulators[id(leaf)] = AccumulateGrad(leaf)
+    return node
 
 
 def node_for(t):

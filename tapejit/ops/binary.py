@@ -168,7 +168,7 @@ MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_gr
 import numbers as _numbers  # noqa: E402
 
 from tapejit import dtypes as _dtypes  # noqa: E402
-from tapejit.api import export  # noqa: E402
+from tapejit.api import export, is_operand  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
 from tapejit.ops import unary as _u  # noqa: E402
 from tapejit.recording import record_binary, record_unary, as_tensor_operand  # noqa: E402
@@ -213,6 +213,8 @@ def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
             return record_binary(tensor_op, input, other, numpy_fn)
         if (type(other) is float or type(other) is int) and input._dtype.is_floating_point:
             return record_unary(scalar_op, input, float(other))
+        if not is_operand(other):
+            return NotImplemented   # Python then tries other's operator, and raises TypeError
         return general(input, other)
     return operator
 
