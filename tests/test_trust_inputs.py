@@ -633,3 +633,11 @@ def test_grad_fn_after_in_place_is_the_new_node():
     y.mul_(3)
     assert y.grad_fn is not before and y.grad_fn is y.grad_fn
     assert y.grad_fn.next_functions[0][0] is before
+
+
+@pytest.mark.parametrize("init, kernel", [("normal_", "normal_kernel_cpu"), ("uniform_", "check_uniform_bounds")])
+def test_random_init_of_an_integer_tensor_raises_as_torch(init, kernel):
+    # torch: NotImplementedError: "normal_kernel_cpu" not implemented for 'Long'; NumPy's
+    # samples written into an int64 tensor would be truncated silently.
+    with pytest.raises(NotImplementedError, match=f'"{kernel}" not implemented for \'Long\''):
+        getattr(tj.nn.init, init)(tj.zeros(3, dtype=tj.int64))

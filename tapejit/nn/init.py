@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from tapejit import dtypes
 from tapejit.creation import rng as _rng
 from tapejit.grad_mode import no_grad
 from tapejit.tensor import _concrete
@@ -65,10 +66,14 @@ def _calculate_correct_fan(tensor, mode):
 
 
 def uniform_(tensor, a=0.0, b=1.0):
+    if not tensor.dtype.is_floating_point:   # NumPy's samples would be truncated silently
+        raise dtypes.not_implemented("check_uniform_bounds", tensor.dtype)
     return _write(tensor, _rng().uniform(a, b, tensor.shape))
 
 
 def normal_(tensor, mean=0.0, std=1.0):
+    if not tensor.dtype.is_floating_point:
+        raise dtypes.not_implemented("normal_kernel_cpu", tensor.dtype)
     return _write(tensor, _rng().normal(mean, std, tensor.shape))
 
 
