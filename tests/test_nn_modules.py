@@ -416,6 +416,32 @@ def test_registry_entry_named_like_a_class_attribute_leaves_the_class_attribute(
     assert model(tj.ones(1, 1)).shape == (1, 1)
 
 
+def test_plain_attributes_go_through_property_setters():
+    class Tempered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.temperature = 2.0
+
+        @property
+        def temperature(self):
+            return self._inverse ** -1
+
+        @temperature.setter
+        def temperature(self, t):
+            self._inverse = 1 / t
+
+    model = Tempered()
+    assert model._inverse == 0.5 and model.temperature == 2.0 and "temperature" not in model.__dict__
+
+
+def test_state_dict_metadata_survives_save_and_load(tmp_path):
+    model = nn.Sequential(nn.Linear(2, 2))
+    tj.save(model.state_dict(), tmp_path / "model.pt")
+    state = tj.load(tmp_path / "model.pt")
+    assert state._metadata == OrderedDict([("", {"version": 1}), ("0", {"version": 1})])  # torch's
+    assert repr(model.load_state_dict(state)) == "<All keys matched successfully>"
+
+
 def test_copies_keep_registrations_in_step():
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
     model.register_buffer("running", tj.zeros(2))

@@ -16,7 +16,7 @@ import weakref
 from collections import OrderedDict
 
 from tapejit.autograd.function import Function
-from tapejit.creation import zeros_like
+from tapejit.creation import zeros
 from tapejit.tape import state
 from tapejit.tensor import Tensor
 
@@ -111,7 +111,7 @@ class BackwardHook:
         self.output_tensors_index = None
         self.n_inputs = -1
         self.input_tensors_index = None
-        self.input_args = ()
+        self.unwrapped_inputs = ()   # (position, shape, dtype) of tensor inputs needing no grad
         self.wrapped_inputs = ()
         self.wrapped_outputs = ()
 
@@ -137,8 +137,10 @@ class BackwardHook:
         return out, tensors_idx, tuple(wrapped_idx)
 
     def setup_input_hook(self, args):
-        self.input_args = args
         res, self.input_tensors_index, self.wrapped_inputs = self._wrap(args, self._on_input_grads, True)
+        if self.input_tensors_index is not None:
+            self.unwrapped_inputs = tuple((i, args[i].shape, args[i].dtype) for i in self.input_tensors_index
+                                          if i not in self.wrapped_inputs)
         self.n_inputs = len(args)
         return res
 
@@ -192,8 +194,8 @@ class BackwardHook:
             # hooks already ran for this backward): torch calls no hook then.
             return grads
         res = [None] * self.n_inputs
-        for i in self.input_tensors_index:
-            res[i] = zeros_like(self.input_args[i])
+        for i, shape, dtype in self.unwrapped_inputs:
+            res[i] = zeros(shape, dtype=dtype)
         for i, g in zip(self.wrapped_inputs, grads):
             res[i] = g
         res = tuple(res)

@@ -499,7 +499,7 @@ class Module:
                 elif name in _REGISTRIES and isinstance(value, dict) and params is not None:
                     self._bind_registry(name, value)
                 else:
-                    d[name] = value
+                    object.__setattr__(self, name, value)   # (a property's setter, if any)
 
     def _remove_everywhere(self, name, keep):
         """Before ``name`` is registered in ``keep``: drop it from the other registries and
@@ -554,11 +554,11 @@ class Module:
             if isinstance(entries, dict):   # unpickled as a plain dict, or shared with the original by copy.copy
                 self._bind_registry(name, entries)
 
-    def _check_name(self, name, kind, registry, dotted_message=None):
+    def _check_name(self, name, kind, registry):
         if not isinstance(name, str):
             raise TypeError(f"{kind} name should be a string. Got {_typename(name)}")
         if "." in name:
-            raise KeyError(dotted_message or f"{kind} name can't contain \".\"")
+            raise KeyError(f"{kind} name can't contain \".\"")
         if name == "":
             raise KeyError(f"{kind} name can't be empty string \"\"")
         if hasattr(self, name) and name not in registry:
