@@ -1,6 +1,6 @@
 """``tapejit.nn``: modules, parameters, layers, losses, ``init`` and ``functional``."""
 from tapejit.nn import functional, init
-from tapejit.nn.containers import ModuleList, Sequential
+from tapejit.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from tapejit.nn.layers import (
            ELU,
            GELU,
@@ -18,6 +18,7 @@ from tapejit.nn.layers import (
            Softmax,
            Softplus,
            Tanh,
+           Unflatten,
 )
 from tapejit.nn.loss import (
            BCELoss,
@@ -28,6 +29,7 @@ from tapejit.nn.loss import (
            NLLLoss,
 )
 from tapejit.nn.module import Module
+from tapejit.nn import hooks  # noqa: F401
 from tapejit.nn.parameter import Parameter
 from tapejit.nn import utils  # noqa: F401
 
@@ -48,9 +50,12 @@ __all__ = [
            "LogSoftmax",
            "MSELoss",
            "Module",
+           "ModuleDict",
            "ModuleList",
            "NLLLoss",
            "Parameter",
+           "ParameterDict",
+           "ParameterList",
            "ReLU",
            "Sequential",
            "Sigmoid",
@@ -58,6 +63,7 @@ __all__ = [
            "Softmax",
            "Softplus",
            "Tanh",
+           "Unflatten",
            "functional",
            "init",
 ]

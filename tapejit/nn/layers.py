@@ -1,5 +1,5 @@
-"""Layers: ``Linear``, activations, ``Flatten``, ``Dropout``, ``Embedding``, ``LayerNorm``,
-``Identity`` (PyTorch's constructors, initialisation and ``repr``)."""
+"""Layers: ``Linear``, activations, ``Flatten``, ``Unflatten``, ``Dropout``, ``Embedding``,
+``LayerNorm``, ``Identity`` (PyTorch's constructors, initialisation and ``repr``)."""
 import math
 
 from tapejit import dtypes
@@ -178,6 +178,32 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits dimension ``dim`` into ``unflattened_size`` (a tuple or list of ints, one of
+    them possibly -1)."""
+
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self._require_tuple_int(unflattened_size)
+        self.dim = dim
+        self.unflattened_size = unflattened_size
+
+    def _require_tuple_int(self, input):
+        if isinstance(input, (tuple, list)):
+            for idx, elem in enumerate(input):
+                if not isinstance(elem, int):
+                    raise TypeError("unflattened_size must be tuple of ints, "
+                                    f"but found element of type {type(elem).__name__} at pos {idx}")
+            return
+        raise TypeError(f"unflattened_size must be a tuple of ints, but found type {type(input).__name__}")
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class Dropout(Module):
