@@ -183,7 +183,12 @@ def abs_value(x, c0, c1):
 
 @rule
 def abs_grad(x, y, g, c0, c1):
-    return g * np.sign(x)
+    # g * sgn(x) with PyTorch's sgn, which is 0 at NaN (NumPy's sign is NaN there)
+    if x > 0:
+        return g
+    if x < 0:
+        return -g
+    return g * 0.0
 
 
 ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
@@ -192,7 +197,12 @@ ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
 
 @rule
 def sign_value(x, c0, c1):
-    return np.sign(x)
+    # PyTorch's sign: +0.0 for NaN and for -0.0, where NumPy's gives NaN and -0.0
+    if x > 0:
+        return 1.0
+    if x < 0:
+        return -1.0
+    return c0
 
 
 @rule
@@ -357,12 +367,16 @@ SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoi
 
 @rule
 def relu_value(x, c0, c1):
-    return x if x > 0 else x * 0.0
+    # c0 is a zero of x's type.  PyTorch's relu gives +0.0 for a negative x (x * 0.0 would be
+    # -0.0, and 1 / relu(-1) -inf) and keeps -0.0 and NaN.
+    return c0 if x < 0 else x
 
 
 @rule
 def relu_grad(x, y, g, c0, c1):
-    return g if y > 0 else g * 0.0
+    # PyTorch's threshold_backward: an exact zero where y <= 0 (even for an infinite g),
+    # g elsewhere, NaN included
+    return c0 if y <= 0 else g
 
 
 RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero))
@@ -404,19 +418,23 @@ ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_sam
 
 @rule
 def clamp_value(x, c0, c1):
-    # c0 = min, c1 = max (+-inf when not given); NaN stays NaN as in PyTorch.
+    # c0 = min, c1 = max (+-inf when not given): PyTorch's min(max(x, min), max), so max
+    # wins when min > max; NaN stays NaN.
     if x < c0:
-        return x * 0.0 + c0
+        if c0 > c1:
+            return c1
+        return c0
     if x > c1:
-        return x * 0.0 + c1
+        return c1
     return x
 
 
 @rule
 def clamp_grad(x, y, g, c0, c1):
+    # PyTorch masks: outside [min, max] (or NaN) an exact zero, even for an infinite g
     if x >= c0 and x <= c1:
         return g
-    return g * 0.0
+    return 0.0
 
 
 CLAMP = define_activation("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
