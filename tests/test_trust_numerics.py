@@ -214,10 +214,12 @@ def test_chunked_runs_at_full_size_add_to_held_adjoints(threads, monkeypatch):
     xv = rng.uniform(0.5, 1.5, n)
     c = rng.standard_normal(n)
     x = tj.tensor(xv, requires_grad=True)
+    # amax and norm are whole records after the runs: their backward writes x's adjoint first
     loss = ((x * x).sin().sum() + (x / x + x - x).sum() + (x[1:] * x[:-1]).sum() + tj.relu(x - 1.0).sum()
-            + (x * tj.tensor(c)).sum())
+            + (x * tj.tensor(c)).sum() + x.amax() + x.norm())
     loss.backward()
-    expected = 2 * xv * np.cos(xv * xv) + c + (xv > 1.0)
+    expected = 2 * xv * np.cos(xv * xv) + c + (xv > 1.0) + xv / np.linalg.norm(xv)
+    expected[np.argmax(xv)] += 1.0
     expected[1:] += xv[:-1]
     expected[:-1] += xv[1:]
     np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
@@ -421,6 +423,47 @@ def test_edge_case_states_torch_result(name, f, x, value, grad):
     zeros = np.asarray(value) == 0
     np.testing.assert_array_equal(np.signbit(got_value[zeros]), np.signbit(np.asarray(value)[zeros]))
     _same(got_grad, grad, "torch's gradient")
+
+
+# (name, f(module, x), x, gradient seed, PyTorch's gradient): where PyTorch masks a gradient
+# (where, masked_fill, zeros_like) it is an exact zero even for an infinite seed, where it
+# multiplies, inf * 0 is NaN.
+INFINITE_SEEDS = [
+    ("maximum", lambda m, x: m.maximum(x[:1], x[1:]), [1.0, 2.0], [inf], [0.0, inf]),
+    ("minimum", lambda m, x: m.minimum(x[:1], x[1:]), [1.0, 2.0], [inf], [inf, 0.0]),
+    ("pow_exponent_0", lambda m, x: x[:1] ** x[1:], [2.0, 0.0], [inf], [0.0, inf]),
+    ("pow_base_0", lambda m, x: x[:1] ** x[1:], [0.0, 2.0], [inf], [nan, nan]),
+    ("pow_scalar_0", lambda m, x: x ** 0.0, [2.0], [inf], [0.0]),
+    ("rpow_scalar", lambda m, x: 0.0 ** x, [2.0], [inf], [nan]),
+    ("sign", lambda m, x: m.sign(x), [2.0], [inf], [0.0]),
+    ("abs_at_0", lambda m, x: x.abs(), [0.0], [inf], [nan]),
+    ("where", lambda m, x: m.where(x > 0, x, x * 2.0), [1.0, -1.0], [inf, inf], [inf, inf]),
+    ("relu", lambda m, x: m.relu(x), [-1.0, 1.0], [inf, inf], [0.0, inf]),
+    ("clamp", lambda m, x: x.clamp(0.0, 1.0), [-1.0, nan], [inf, inf], [0.0, 0.0]),
+    ("leaky_relu", lambda m, x: m.nn.functional.leaky_relu(x, 0.0), [-1.0], [inf], [nan]),
+    ("max", lambda m, x: x.max().reshape(1), [1.0, 3.0], [inf], [0.0, inf]),
+    ("amax", lambda m, x: x.amax().reshape(1), [1.0, 3.0], [inf], [nan, inf]),
+    ("norm_at_0", lambda m, x: x.norm().reshape(1), [0.0, 0.0], [inf], [nan, nan]),
+    ("norm3_at_0", lambda m, x: x.norm(3).reshape(1), [0.0, 0.0], [inf], [0.0, 0.0]),
+    ("std_equal", lambda m, x: x.std().reshape(1), [2.0, 2.0], [inf], [0.0, 0.0]),
+]
+
+
+def _seeded(m, f, x, seed):
+    leaf = m.tensor(np.array(x, dtype=np.float64), requires_grad=True)
+    f(m, leaf).backward(m.tensor(np.array(seed, dtype=np.float64)))
+    return leaf.grad.numpy()
+
+
+@pytest.mark.parametrize("name, f, x, seed, grad", INFINITE_SEEDS, ids=[c[0] for c in INFINITE_SEEDS])
+def test_infinite_gradient_through_masks(name, f, x, seed, grad):
+    _same(_seeded(tj, f, x, seed), grad, "gradient")
+
+
+@pytest.mark.parametrize("name, f, x, seed, grad", INFINITE_SEEDS, ids=[c[0] for c in INFINITE_SEEDS])
+def test_infinite_gradient_through_masks_in_torch(name, f, x, seed, grad):
+    torch = pytest.importorskip("torch")
+    _same(_seeded(torch, f, x, seed), grad, "torch's gradient")
 
 
 def test_relu_reciprocal_is_plus_inf():

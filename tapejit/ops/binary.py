@@ -91,7 +91,7 @@ def pow_value(x, y):
 @rule
 def pow_grad_x(x, y, z, g):
     if y == 0.0:
-        return g * 0.0
+        return 0.0   # PyTorch's where(): an exact zero, even for an infinite g
     return g * y * x ** (y - 1.0)
 
 
@@ -113,8 +113,8 @@ def maximum_value(x, y):
     return x if x >= y else y
 
 
-# PyTorch's rules, also for NaN: half each at a tie, zero for the smaller, g otherwise (so
-# both operands of a NaN result get g).
+# PyTorch's rules, also for NaN: half each at a tie, an exact zero for the smaller (a
+# masked_fill, even for an infinite g), g otherwise (so both operands of a NaN result get g).
 
 
 @rule
@@ -122,7 +122,7 @@ def maximum_grad_x(x, y, z, g):
     if x == y:
         return g * 0.5
     if x < y:
-        return g * 0.0
+        return 0.0
     return g
 
 
@@ -131,7 +131,7 @@ def maximum_grad_y(x, y, z, g):
     if x == y:
         return g * 0.5
     if y < x:
-        return g * 0.0
+        return 0.0
     return g
 
 
@@ -151,7 +151,7 @@ def minimum_grad_x(x, y, z, g):
     if x == y:
         return g * 0.5
     if x > y:
-        return g * 0.0
+        return 0.0
     return g
 
 
@@ -160,7 +160,7 @@ def minimum_grad_y(x, y, z, g):
     if x == y:
         return g * 0.5
     if y > x:
-        return g * 0.0
+        return 0.0
     return g
 
 

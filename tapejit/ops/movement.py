@@ -252,6 +252,8 @@ def where_forward(v, out, a, b, p, q, ints, floats):
 
 @kernel
 def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # The branch not taken gets an exact zero (PyTorch's where), even for an infinite gradient.
+    zero = floats[0]
     c = p + 1
     for i in range(q):
         gi = g[out + i]
@@ -259,10 +261,10 @@ def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             if ma != 0:
                 acc(g, a + i, gi, ma)
             if mb != 0:
-                acc(g, b + i, gi * 0.0, mb)
+                acc(g, b + i, zero, mb)
         else:
             if ma != 0:
-                acc(g, a + i, gi * 0.0, ma)
+                acc(g, a + i, zero, ma)
             if mb != 0:
                 acc(g, b + i, gi, mb)
 

@@ -362,7 +362,7 @@ def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 if order == 1.0:
                     d = sgn * gy
                 elif order == 2.0:
-                    d = zero if y == 0.0 else gy * (x / y)
+                    d = gy * (zero if y == 0.0 else x / y)
                 elif np.isinf(order):
                     ax = np.abs(x)
                     d = sgn * (share * (1.0 if ax == y or np.isnan(ax) else 0.0))
@@ -379,7 +379,10 @@ NORM = define_kernel("norm", "LinalgVectorNormBackward0", norm_forward, norm_bac
                      operands=1, samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
                                    ("norm_dim", lambda tj, x: tj.norm(x, dim=1), [(3, 4)], anywhere),
                                    ("norm_p1", lambda tj, x: x.norm(p=1), [(5,)], away_from_zero),
-                                   ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive)))
+                                   ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive),
+                                   ("norm_p0.5", lambda tj, x: x.norm(p=0.5), [(4,)], positive),
+                                   ("norm_p1.5", lambda tj, x: x.norm(p=1.5, dim=1), [(2, 3)], away_from_zero),
+                                   ("norm_inf", lambda tj, x: x.norm(p=float("inf"), dim=1), [(3, 4)], positive)))
 
 
 @helper
