@@ -326,6 +326,14 @@ EDGE_CASES = [
     ("clamp_min_negative_zero", lambda m, x: x.clamp(min=-0.0), [-1.0], [-0.0], [0.0]),
     ("clamp_max", lambda m, x: x.clamp(max=1.0), [inf, nan, 0.5], [1.0, nan, 0.5], [0.0, 0.0, 1.0]),
     ("clamp_min_above_max", lambda m, x: x.clamp(2.0, 1.0), [0.0, 1.5, 3.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),
+    ("clamp_tensor_bounds", lambda m, x: x[:5].clamp(x[5:10], x[10:]),
+     [0.0, 1.0, -1.0, nan, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 1.0, 1.0, 1.0, 1.0, 2.5], [0.0, 1.0, 0.0, nan, 2.5],
+     [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]),
+    ("clamp_min_tensor", lambda m, x: m.clamp_min(x[:5], x[5:]), [0.0, 1.0, -1.0, nan, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0],
+     [0.0, 1.0, 0.0, nan, 3.0], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]),
+    ("clamp_max_tensor", lambda m, x: x[:5].clamp(max=x[5:]), [0.0, 1.0, -1.0, nan, 2.0, 1.0, 1.0, 1.0, 1.0, 2.5],
+     [0.0, 1.0, -1.0, nan, 2.0], [1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+    ("clamp_nan_bound", lambda m, x: m.clamp_min(x[:1], x[1:]), [1.0, nan], [nan], [0.0, 0.0]),
     ("leaky_relu", lambda m, x: m.nn.functional.leaky_relu(x), [nan, -1.0, -0.0, 0.0], [nan, -0.01, -0.0, 0.0],
      [0.01, 0.01, 0.01, 0.01]),
     ("leaky_relu_slope_0", lambda m, x: m.nn.functional.leaky_relu(x, 0.0), [-1.0], [-0.0], [0.0]),
@@ -464,6 +472,55 @@ def test_infinite_gradient_through_masks(name, f, x, seed, grad):
 def test_infinite_gradient_through_masks_in_torch(name, f, x, seed, grad):
     torch = pytest.importorskip("torch")
     _same(_seeded(torch, f, x, seed), grad, "torch's gradient")
+
+
+# Reductions over nothing: PyTorch's identities (prod 1, logsumexp -inf, norm 0), and errors
+# for those without one.
+EMPTY_REDUCTIONS = [
+    ("prod", lambda m, x: x.prod(), (0,), 1.0),
+    ("prod_dim", lambda m, x: x.prod(1), (2, 0), [1.0, 1.0]),
+    ("prod_over_rows", lambda m, x: x.prod(0), (2, 0), np.zeros(0)),
+    ("logsumexp", lambda m, x: x.logsumexp(0), (0,), -inf),
+    ("logsumexp_dim", lambda m, x: x.logsumexp(1), (2, 0), [-inf, -inf]),
+    ("norm", lambda m, x: x.norm(), (0,), 0.0),
+    ("norm3_dim", lambda m, x: x.norm(3, dim=1), (2, 0), [0.0, 0.0]),
+    ("amax_over_rows", lambda m, x: x.amax(0), (2, 0), np.zeros(0)),
+    ("softmax", lambda m, x: x.softmax(0), (0,), np.zeros(0)),
+    ("sum", lambda m, x: x.sum(), (0,), 0.0),
+    ("mean", lambda m, x: x.mean(), (0,), nan),
+]
+
+
+@pytest.mark.parametrize("name, f, shape, value", EMPTY_REDUCTIONS, ids=[c[0] for c in EMPTY_REDUCTIONS])
+@pytest.mark.parametrize("lib", ["tapejit", "torch"])
+def test_reduction_over_nothing(name, f, shape, value, lib):
+    m = tj if lib == "tapejit" else pytest.importorskip("torch")
+    x = m.zeros(shape, dtype=m.float64, requires_grad=True)
+    y = f(m, x)
+    _same(y.detach().numpy(), value, "value")
+    y.sum().backward()
+    assert tuple(x.grad.shape) == shape
+
+
+EMPTY_ERRORS = [
+    ("amax", lambda m, x: x.amax(), (2, 0), RuntimeError,
+     r"amax\(\): Expected reduction dim to be specified for input.numel\(\) == 0"),
+    ("amax_dim", lambda m, x: x.amax(1), (2, 0), IndexError,
+     r"amax\(\): Expected reduction dim 1 to have non-zero size"),
+    ("max", lambda m, x: x.max(), (0,), RuntimeError,
+     r"max\(\): Expected reduction dim to be specified for input.numel\(\) == 0"),
+    ("norm_inf", lambda m, x: x.norm(inf), (0,), RuntimeError,
+     "linalg.vector_norm cannot compute the inf norm on an empty tensor because the operation does not have an "
+     "identity"),
+]
+
+
+@pytest.mark.parametrize("name, f, shape, error, message", EMPTY_ERRORS, ids=[c[0] for c in EMPTY_ERRORS])
+@pytest.mark.parametrize("lib", ["tapejit", "torch"])
+def test_reduction_over_nothing_without_identity_raises(name, f, shape, error, message, lib):
+    m = tj if lib == "tapejit" else pytest.importorskip("torch")
+    with pytest.raises(error, match=message):
+        f(m, m.zeros(shape, dtype=m.float64, requires_grad=True))
 
 
 def test_relu_reciprocal_is_plus_inf():

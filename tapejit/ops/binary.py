@@ -168,6 +168,48 @@ MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_gr
                         samples=binary_samples("minimum", away_from_zero))
 
 
+# clamp with a tensor bound (x, bound): PyTorch's value, NaN from either, and its masks: the
+# gradient goes to x inside the bound (NaN excluded), to the bound where it clips.
+
+
+@rule
+def clamp_min_tensor_grad_x(x, y, z, g):
+    if x >= y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_min_tensor_grad_y(x, y, z, g):
+    if x < y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_max_tensor_grad_x(x, y, z, g):
+    if x <= y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_max_tensor_grad_y(x, y, z, g):
+    if x > y:
+        return g
+    return 0.0
+
+
+CLAMP_MIN_TENSOR = define_binary("clamp_min_tensor", "ClampMinBackward1", maximum_value, clamp_min_tensor_grad_x,
+                                 clamp_min_tensor_grad_y,
+                                 samples=binary_samples("clamp_min_tensor", away_from_zero,
+                                                        fn=lambda tj, x, y: tj.clamp_min(x, y)))
+CLAMP_MAX_TENSOR = define_binary("clamp_max_tensor", "ClampMaxBackward1", minimum_value, clamp_max_tensor_grad_x,
+                                 clamp_max_tensor_grad_y,
+                                 samples=binary_samples("clamp_max_tensor", away_from_zero,
+                                                        fn=lambda tj, x, y: tj.clamp_max(x, y)))
+
+
 @rule
 def remainder_value(x, y):
     # PyTorch's (and Python's) modulo, with the sign of the divisor

@@ -273,6 +273,9 @@ def logsumexp_forward(v, out, a, b, p, q, ints, floats):
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
+            if length == 0:
+                v[out + o * inner + k] = -np.inf   # the log of an empty sum, as PyTorch
+                continue
             m = v[base]
             for j in range(1, length):
                 m = np.maximum(m, v[base + j * inner])
@@ -525,16 +528,23 @@ def mean(input, dim=None, keepdim=False, dtype=None):
     return _sum_like(op, input, dim, keepdim, True, dtype)
 
 
-def _along(op, x, dim, keepdim, q_value=None, q_flag=0.0, empty_ok=False):
+def _along(op, x, dim, keepdim, q_value=None, q_flag=0.0, identity=False):
     """Record an (outer, length, inner) reduction of ``x`` over ``dim``, with the static
-    floats ``q_value``, ``q_flag`` at ``floats[q]``."""
+    floats ``q_value``, ``q_flag`` at ``floats[q]``.  A reduction with an ``identity``
+    (prod's 1, logsumexp's -inf, ...) may reduce over nothing; the others refuse, as torch."""
     x = float_input(x)
     if not on_tape(x):
-        return eager(_along, op, x, dim, keepdim, q_value, q_flag, empty_ok)
+        return eager(_along, op, x, dim, keepdim, q_value, q_flag, identity)
     dims = reduced_dims(dim, len(x._shape), op.name)
     shape = reduced_shape(x._shape, dims, keepdim)
-    if x._numel == 0 and dims and not empty_ok:
-        raise RuntimeError(f"{op.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    if x._numel == 0 and not identity:
+        empty = [d for d in dims if x._shape[d] == 0]
+        if dim is None and dims:
+            raise RuntimeError(f"{op.name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        if empty:
+            raise IndexError(f"{op.name}(): Expected reduction dim {empty[0]} to have non-zero size "
+                             f"(input of shape {list(x._shape)}).")
     layout = axis_layout(x._shape, dims)
     if layout is None:
         from tapejit.ops.movement import permute
@@ -682,12 +692,12 @@ def prod(input, dim=None, keepdim=False, dtype=None):
     if not input._dtype.is_floating_point:
         return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
     kind = 2.0 if not input._shape else 1.0 if dim is None else 0.0   # see prod_backward
-    return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim, kind)
+    return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim, kind, identity=True)
 
 
 @export(method=True)
 def logsumexp(input, dim, keepdim=False):
-    return _along(LOGSUMEXP, input, dim, keepdim)
+    return _along(LOGSUMEXP, input, dim, keepdim, identity=True)
 
 
 @export(method=True)
@@ -698,7 +708,11 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         p = float("inf")
     if not isinstance(p, (int, float)) or not p > 0:
         raise RuntimeError(f"norm(): tapejit supports p > 0, 'fro' and inf, got p={p!r}")
-    return _along(NORM, input, dim, keepdim, float(p))
+    if p == float("inf") and input._numel == 0 and 0 in [
+            input._shape[d] for d in reduced_dims(dim, len(input._shape), "norm")]:
+        raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty tensor because the "
+                           f"operation does not have an identity (input of shape {list(input._shape)})")
+    return _along(NORM, input, dim, keepdim, float(p), identity=p != float("inf"))
 
 
 def _moments(input, dim, correction, keepdim, take_sqrt):
@@ -711,7 +725,7 @@ def _moments(input, dim, correction, keepdim, take_sqrt):
                       f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=3)
     whole = dim is None or not x._shape   # PyTorch's gradient differs there when n <= correction
     return _along(op, x, dims if x._shape else None, keepdim, float(correction),
-                  (1.0 if whole else 0.0) + (2.0 if take_sqrt else 0.0), empty_ok=True)
+                  (1.0 if whole else 0.0) + (2.0 if take_sqrt else 0.0), identity=True)
 
 
 def _correction(unbiased, correction):

@@ -536,12 +536,14 @@ def clamp(input, min=None, max=None):
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     from tapejit.tensor import Tensor
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        from tapejit.ops.binary import maximum, minimum
+        # PyTorch's min(max(x, min), max) and its masks (not maximum's split gradient at a tie)
+        from tapejit.ops.binary import CLAMP_MAX_TENSOR, CLAMP_MIN_TENSOR
+        from tapejit.recording import as_tensor_operand, record_binary
         out = input
         if min is not None:
-            out = maximum(out, min if isinstance(min, Tensor) else out * 0 + min)
+            out = record_binary(CLAMP_MIN_TENSOR, out, as_tensor_operand(min, out), _np.maximum)
         if max is not None:
-            out = minimum(out, max if isinstance(max, Tensor) else out * 0 + max)
+            out = record_binary(CLAMP_MAX_TENSOR, out, as_tensor_operand(max, out), _np.minimum)
         return out
     if not input._dtype.is_floating_point:
         return _concrete(_np.clip(input._value(), min, max))
