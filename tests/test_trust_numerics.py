@@ -551,6 +551,19 @@ def test_numpy_std_of_one_element_has_zero_gradient():
     np.testing.assert_array_equal(tj.grad(np.var)(np.full(3, 2.0)), np.zeros(3))
 
 
+def test_std_of_equal_values_is_exactly_zero():
+    """A slice's mean is summed as differences from its first element, so equal values have
+    that value as mean exactly, and std, var and their gradients are exactly 0.  (torch's
+    full reduction sums the values: for [0.1] * 3 in float64 it gives std 1.7e-17 and
+    gradient -0.408 each; along a dim it gives 0, as tapejit does everywhere.)"""
+    for dtype in (tj.float64, tj.float32):
+        for values in ([0.1] * 3, [0.1] * 7, [1 / 3] * 5):
+            x = tj.tensor(values, dtype=dtype, requires_grad=True)
+            y = x.std() + x.var(correction=0) + x.reshape(1, -1).std(1).sum()
+            y.backward()
+            assert y.item() == 0.0 and (x.grad.numpy() == 0).all(), (dtype, values)
+
+
 def test_var_std_grad_fn_names_and_empty_input():
     x = tj.tensor([1.0, 2.0, 4.0], requires_grad=True)
     assert type(x.var().grad_fn).__name__ == "VarBackward0"
@@ -744,6 +757,22 @@ def test_binary_cross_entropy_errors_in_torch(name, x, t, message):
     torch = pytest.importorskip("torch")
     with pytest.raises(RuntimeError, match=message):
         torch.nn.functional.binary_cross_entropy(torch.tensor(x, requires_grad=True), torch.tensor(t))
+
+
+def test_binary_cross_entropy_in_a_replay_is_nan_outside_0_1():
+    """A tj.compile trace cannot read the values it checks (they change with each call), so
+    there the loss and gradients of values outside [0, 1] are NaN, never finite and wrong."""
+    w = tj.tensor([0.5, -0.25], requires_grad=True)
+
+    def loss(x, t):
+        return tj.nn.functional.binary_cross_entropy(tj.sigmoid(x @ w), t)
+    compiled = tj.compile(loss)
+    x = tj.tensor([[0.3, -1.2], [2.0, 0.1]])
+    good = compiled(x, tj.tensor([1.0, 0.0]))
+    assert good.item() == pytest.approx(loss(x, tj.tensor([1.0, 0.0])).item(), rel=1e-6)
+    bad = compiled(x, tj.tensor([1.5, 0.0]))
+    bad.backward()
+    assert math.isnan(bad.item()) and np.isnan(w.grad.numpy()).all()
 
 
 def test_binary_cross_entropy_target_gradient_and_mean():

@@ -81,19 +81,29 @@ LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forwar
 # -logit(x), unclamped.
 
 
+# Outside [0, 1] (NaN included), which the front end refuses as PyTorch does but cannot check
+# in a tj.compile replay, the loss and its gradients are NaN, not finite and wrong.
+
+
 @rule
 def bce_value(x, t):
+    if not (x >= 0.0 and x <= 1.0 and t >= 0.0 and t <= 1.0):
+        return np.nan
     return (t - 1.0) * np.maximum(np.log1p(-x), -100.0) - t * np.maximum(np.log(x), -100.0)
 
 
 @rule
 def bce_grad_x(x, t, z, g):
+    if not (x >= 0.0 and x <= 1.0 and t >= 0.0 and t <= 1.0):
+        return np.nan
     # 9.99...e-13 is PyTorch's EPSILON, the float nearest 1e-12
     return g * (x - t) / np.maximum((1.0 - x) * x, 9.999999960041972e-13)
 
 
 @rule
 def bce_grad_t(x, t, z, g):
+    if not (x >= 0.0 and x <= 1.0 and t >= 0.0 and t <= 1.0):
+        return np.nan
     return -np.log(x / (1.0 - x)) * g
 
 
