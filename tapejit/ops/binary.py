@@ -3,7 +3,9 @@
 Broadcasting between other shapes is done before the op by an ``expand`` record, so the
 rules here never see it and the summing-back of gradients lives in one place
 (``expand``'s backward).  Each rule gets ``x``, ``y``, the output ``z`` and the adjoint ``g``.
-Ties follow PyTorch: ``maximum``/``minimum`` split the gradient evenly when ``x == y``.
+Ties follow PyTorch: ``maximum``/``minimum`` split the gradient evenly when ``x == y``,
+and a NaN gives both operands the gradient.  Integer ``//``, ``%`` and ``fmod`` by zero
+raise, as PyTorch (NumPy would give 0).
 """
 import numpy as np
 

@@ -1,5 +1,5 @@
-"""Reductions: sums and means over any dims, and max/min/prod/logsumexp/norm along one
-block of dims.
+"""Reductions: sums and means over any dims, and max/min/prod/logsumexp/norm/var/std along
+one block of dims.
 
 ``sum`` walks the input and adds each element into the output position given by strides
 that are 0 on reduced dims, times a scale (1, or 1/n for ``mean``); the same layout
@@ -9,8 +9,10 @@ reduce the middle axis; the front end moves several reduced dims next to each ot
 first.  Layouts at ``ints[p]``: sum ``[ndim, out size, sizes..., out strides...]``
 with the scale in ``floats[q]``; along-axis ops ``[outer, length, inner]``.
 Ties: ``amax``/``amin``/full ``max``/``min`` split the gradient evenly between equal
-extremes, as PyTorch does.  (This module's front ends shadow ``max``/``min``/``sum``, so the
-kernels must not call those builtins.)
+extremes, as PyTorch does; with a NaN, full ``max``/``min`` pass it to the NaNs and
+``amax``/``amin`` give NaN (PyTorch's two rules).  Reductions with an identity (prod,
+logsumexp, norm, var) may reduce over nothing.  (This module's front ends shadow
+``max``/``min``/``sum``/``any``/``all``, so the kernels must not call those builtins.)
 """
 import numpy as np
 

@@ -4,7 +4,9 @@ Each op is its value rule and derivative rule, then one ``define_unary`` line.  
 derivative rule sees the input ``x``, the output ``y`` and the incoming adjoint ``g``.
 Subgradients follow PyTorch: ``abs'(0) = 0``, ``relu'(0) = 0``, ``clamp`` passes the
 gradient on the closed interval ``[min, max]``, ``pow(x, 0)`` has zero gradient.
-NaN and inf propagate as in PyTorch (no masking of ``0 * nan``).
+Where PyTorch masks a gradient (relu, clamp, sign, ``pow(x, 0)``) it is an exact zero,
+even for an infinite ``g``; elsewhere NaN and inf propagate through products as in
+PyTorch (``abs`` at 0 with an infinite ``g`` is NaN).
 """
 import math
 
