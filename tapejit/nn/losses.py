@@ -11,13 +11,13 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.ops.activation import log_softmax
+from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.linalg import dot
 from tapejit.ops.movement import INDEX, _gather, where
-from tapejit.ops.unary import clamp, log, softplus
+from tapejit.ops.unary import softplus
 from tapejit.recording import broadcast_shapes
 from tapejit.replay import labels
-from tapejit.tape import current
+from tapejit.tape import current, state
 from tapejit.tensor import Tensor, _concrete
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -265,29 +265,34 @@ def _probability_cross_entropy(log_probs, target, class_dim, weights, reduction,
 
 # ---- binary cross-entropy -------------------------------------------------------------------
 
-def _log_at_least_minus_100(x):
-    """``max(log(x), -100)`` for ``x`` in [0, 1], as torch's ``binary_cross_entropy``."""
-    # Clamping first keeps log's gradient finite at x = 0 (0 / 0 is NaN); 1e-44 is below
-    # exp(-100) and still a float32 subnormal.
-    return clamp(log(clamp(x, min=1e-44)), min=-100.0)
+def _check_probabilities(name, t):
+    """torch refuses values outside [0, 1] (NaN too), whose loss would be NaN or finite and
+    wrong.  Skipped while ``tj.compile`` traces a computed value, whose read would freeze it
+    into every replay."""
+    tape = t._tape
+    if tape.tracing if tape is not None else state.trace is not None and id(t) not in state.trace.readable:
+        return
+    values = t._value()
+    outside = ~((values >= 0) & (values <= 1))
+    if outside.any():
+        raise RuntimeError(f"all elements of {name} should be between 0 and 1 (binary_cross_entropy: "
+                           f"{values[outside].reshape(-1)[0]} in {name} of shape {list(t._shape)})")
 
 
 def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
     """``-w [t log(x) + (1 - t) log(1 - x)]`` of probabilities ``input``, each log clamped
-    at -100."""
+    at -100, with PyTorch's gradients (``tapejit/ops/activation.py``)."""
     check_reduction(reduction)
     if not isinstance(target, Tensor):
         raise TypeError(f"binary_cross_entropy(): argument 'target' must be Tensor, not {type(target).__name__}")
     if target._shape != input._shape:
         raise ValueError(f"Using a target size ({target.shape}) that is different to the input size "
                          f"({input.shape}) is deprecated. Please ensure they have the same size.")
-    log_x = _log_at_least_minus_100(input)
-    log_rest = _log_at_least_minus_100(1.0 - input)
-    if _needs_grad(target):
-        loss = (target - 1.0) * log_rest - target * log_x
-    else:
-        t = np.asarray(target._value(), np.float64)
-        loss = log_rest * _constant(t - 1.0, input) - log_x * _constant(t, input)
+    _check_probabilities("input", input)
+    _check_probabilities("target", target)
+    if not _needs_grad(target) and target._dtype is not input._dtype:
+        target = _constant(target._value(), input)
+    loss = binary_cross_entropy_elementwise(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -3,7 +3,9 @@
 Broadcasting between other shapes is done before the op by an ``expand`` record, so the
 rules here never see it and the summing-back of gradients lives in one place
 (``expand``'s backward).  Each rule gets ``x``, ``y``, the output ``z`` and the adjoint ``g``.
-Ties follow PyTorch: ``maximum``/``minimum`` split the gradient evenly when ``x == y``.
+Ties follow PyTorch: ``maximum``/``minimum`` split the gradient evenly when ``x == y``,
+and a NaN gives both operands the gradient.  Integer ``//``, ``%`` and ``fmod`` by zero
+raise, as PyTorch (NumPy would give 0).
 """
 import numpy as np
 
@@ -91,7 +93,7 @@ def pow_value(x, y):
 @rule
 def pow_grad_x(x, y, z, g):
     if y == 0.0:
-        return g * 0.0
+        return 0.0   # PyTorch's where(): an exact zero, even for an infinite g
     return g * y * x ** (y - 1.0)
 
 
@@ -113,22 +115,26 @@ def maximum_value(x, y):
     return x if x >= y else y
 
 
+# PyTorch's rules, also for NaN: half each at a tie, an exact zero for the smaller (a
+# masked_fill, even for an infinite g), g otherwise (so both operands of a NaN result get g).
+
+
 @rule
 def maximum_grad_x(x, y, z, g):
-    if x > y:
-        return g
     if x == y:
         return g * 0.5
-    return g * 0.0
+    if x < y:
+        return 0.0
+    return g
 
 
 @rule
 def maximum_grad_y(x, y, z, g):
-    if y > x:
-        return g
     if x == y:
         return g * 0.5
-    return g * 0.0
+    if y < x:
+        return 0.0
+    return g
 
 
 MAXIMUM = define_binary("maximum", "MaximumBackward0", maximum_value, maximum_grad_x, maximum_grad_y,
@@ -144,24 +150,124 @@ def minimum_value(x, y):
 
 @rule
 def minimum_grad_x(x, y, z, g):
-    if x < y:
-        return g
     if x == y:
         return g * 0.5
-    return g * 0.0
+    if x > y:
+        return 0.0
+    return g
 
 
 @rule
 def minimum_grad_y(x, y, z, g):
-    if y < x:
-        return g
     if x == y:
         return g * 0.5
-    return g * 0.0
+    if y > x:
+        return 0.0
+    return g
 
 
 MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_grad_x, minimum_grad_y,
                         samples=binary_samples("minimum", away_from_zero))
+
+
+# clamp with a tensor bound (x, bound): PyTorch's value, NaN from either, and its masks: the
+# gradient goes to x inside the bound (NaN excluded), to the bound where it clips.
+
+
+@rule
+def clamp_min_tensor_grad_x(x, y, z, g):
+    if x >= y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_min_tensor_grad_y(x, y, z, g):
+    if x < y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_max_tensor_grad_x(x, y, z, g):
+    if x <= y:
+        return g
+    return 0.0
+
+
+@rule
+def clamp_max_tensor_grad_y(x, y, z, g):
+    if x > y:
+        return g
+    return 0.0
+
+
+CLAMP_MIN_TENSOR = define_binary("clamp_min_tensor", "ClampMinBackward1", maximum_value, clamp_min_tensor_grad_x,
+                                 clamp_min_tensor_grad_y,
+                                 samples=binary_samples("clamp_min_tensor", away_from_zero,
+                                                        fn=lambda tj, x, y: tj.clamp_min(x, y)))
+CLAMP_MAX_TENSOR = define_binary("clamp_max_tensor", "ClampMaxBackward1", minimum_value, clamp_max_tensor_grad_x,
+                                 clamp_max_tensor_grad_y,
+                                 samples=binary_samples("clamp_max_tensor", away_from_zero,
+                                                        fn=lambda tj, x, y: tj.clamp_max(x, y)))
+
+
+@rule
+def remainder_value(x, y):
+    # PyTorch's (and Python's) modulo, with the sign of the divisor
+    m = np.fmod(x, y)
+    if m != 0 and ((y < 0) != (m < 0)):
+        return m + y
+    return m
+
+
+@rule
+def remainder_grad_y(x, y, z, g):
+    # -g * floor(x / y), the quotient rounded as PyTorch's div(rounding_mode="floor")
+    if y == 0:
+        return -g * (x / y)
+    m = np.fmod(x, y)
+    q = (x - m) / y
+    if m != 0 and ((y < 0) != (m < 0)):
+        q -= 1.0
+    if q != 0:
+        f = np.floor(q)
+        if q - f > 0.5:
+            f += 1.0
+        return -g * f
+    return g * 0.0
+
+
+def _modulo_inputs(sign):
+    """Dividends and divisors whose quotient stays between integers (the remainder is
+    continuous there): |x| in [0.5, 2], |y| in [2.5, 3]."""
+    def dividends(rng, shape):
+        return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(0.5, 2.0, size=shape)
+
+    def divisors(rng, shape):
+        return sign(rng, shape) * rng.uniform(2.5, 3.0, size=shape)
+    return dividends, divisors
+
+
+_DIVIDENDS, _DIVISORS = _modulo_inputs(lambda rng, shape: rng.choice([-1.0, 1.0], size=shape))
+
+REMAINDER = define_binary("remainder", "RemainderBackward1", remainder_value, add_grad_x, remainder_grad_y,
+                          samples=binary_samples("remainder", _DIVIDENDS, _DIVISORS,
+                                                 fn=lambda tj, x, y: tj.remainder(x, y)))
+
+
+@rule
+def fmod_value(x, y):
+    return np.fmod(x, y)
+
+
+@rule
+def fmod_grad_y(x, y, z, g):
+    return -g * np.trunc(x / y)
+
+
+FMOD = define_binary("fmod", "FmodBackward1", fmod_value, add_grad_x, fmod_grad_y,
+                     samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)))
 
 
 # ---- front ends ---------------------------------------------------------------------------
@@ -171,13 +277,19 @@ from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export, is_operand  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
 from tapejit.ops import unary as _u  # noqa: E402
-from tapejit.recording import record_binary, record_unary, as_tensor_operand  # noqa: E402
+from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype  # noqa: E402
 from tapejit.registry import same_kernels as _same  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
 SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR,
                    samples=lambda rng: [(f"sub_scalar{list(s)}", lambda tj, x: x - 1.5, [rng.uniform(-2, 2, s)])
                                         for s in [(), (4,), (2, 3)]])
+REMAINDER_SCALAR = _same("remainder_scalar", "RemainderBackward0", REMAINDER,
+                         samples=lambda rng: [(f"remainder_scalar{list(s)}{c}", lambda tj, x, c=c: x % c,
+                                               [_DIVIDENDS(rng, s)]) for s in [(), (4,), (2, 3)] for c in (2.5, -2.75)])
+FMOD_SCALAR = _same("fmod_scalar", "FmodBackward0", FMOD,
+                    samples=lambda rng: [(f"fmod_scalar{list(s)}{c}", lambda tj, x, c=c: tj.fmod(x, c),
+                                          [_DIVIDENDS(rng, s)]) for s in [(), (4,), (2, 3)] for c in (2.5, -2.75)])
 
 _Scalar = (_numbers.Real,)
 
@@ -273,18 +385,46 @@ export(_commutative_operator(MUL, _u.MUL_SCALAR, np.multiply, mul), function=Fal
 
 
 def _true_div_np(x, y):
-    return np.true_divide(x, y).astype(_dtypes.get_default_dtype().np)
+    with np.errstate(divide="ignore", invalid="ignore"):   # inf and nan, silently, as torch
+        return np.true_divide(x, y).astype(_dtypes.get_default_dtype().np)
+
+
+def _integer_division(name, fn, x, y, dt):
+    """``fn(x, y)`` on integer arrays, which PyTorch refuses for a zero divisor (NumPy
+    would give 0 and warn)."""
+    if np.any(y == 0):
+        raise RuntimeError(f"ZeroDivisionError: {name}: integer division by zero (dividend of shape "
+                           f"{list(np.shape(x))}, divisor of shape {list(np.shape(y))} with a zero)")
+    return np.asarray(fn(x, y)).astype(dt.np, copy=False)
+
+
+def _trunc_divide(x, y):
+    """Integer division rounded toward zero, exactly (through floats it would round above 2**53)."""
+    q = np.floor_divide(x, y)
+    return q + ((q < 0) & (q * y != x))
+
+
+_ROUNDED = {"floor": (np.floor_divide, np.floor_divide),
+            "trunc": (_trunc_divide, lambda x, y: np.trunc(np.true_divide(x, y)))}
 
 
 @export(method=True, dunders=("__truediv__",))
 def div(input, other, rounding_mode=None):
     if rounding_mode is not None:
+        if rounding_mode not in _ROUNDED:
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                               f"{rounding_mode!r}")
         if input._rg or (isinstance(other, Tensor) and other._rg):
             raise RuntimeError(f"div: rounding_mode={rounding_mode!r} is not differentiable in tapejit")
-        y = other._value() if isinstance(other, Tensor) else other
-        fn = np.floor_divide if rounding_mode == "floor" else (lambda a, b: np.trunc(a / b))
-        res = np.asarray(fn(input._value(), y))
-        return _concrete(res.astype(input._dtype.np if input._dtype.is_floating_point else np.int64))
+        divisor = as_tensor_operand(other, input)
+        dt = result_dtype(input, divisor)
+        integer, floating = _ROUNDED[rounding_mode]
+        x, y = input._value(), divisor._value()
+        if not dt.is_floating_point:
+            name = "floor_divide" if rounding_mode == "floor" else "div(rounding_mode='trunc')"
+            return _concrete(_integer_division(name, integer, x, y, dt))
+        with np.errstate(divide="ignore", invalid="ignore"):   # inf and nan, silently, as torch
+            return _concrete(np.asarray(floating(x.astype(dt.np, copy=False), y.astype(dt.np, copy=False))))
     if isinstance(other, Tensor):
         if not input._dtype.is_floating_point and not other._dtype.is_floating_point:
             return _concrete(_true_div_np(input._value(), other._value()))
@@ -305,15 +445,42 @@ def rdiv(input, other):
     return div(as_tensor_operand(other, input), input)
 
 
-@export(function=False, dunders=("__floordiv__",))
-def floordiv(input, other):
+@export(method=True, dunders=("__floordiv__",))
+def floor_divide(input, other):
     return div(input, other, rounding_mode="floor")
 
 
-@export(function=False, dunders=("__mod__",))
+@export(function=False, dunders=("__rfloordiv__",))
+def rfloordiv(input, other):
+    return div(as_tensor_operand(other, input), input, rounding_mode="floor")
+
+
+def _modulo(op, scalar_op, name, numpy_fn, input, other):
+    if not isinstance(input, Tensor):
+        input = as_tensor_operand(input, other)
+    divisor = as_tensor_operand(other, input)
+    dt = result_dtype(input, divisor)
+    if not dt.is_floating_point:
+        return _concrete(_integer_division(name, numpy_fn, input._value(), divisor._value(), dt))
+    return record_binary(op if isinstance(other, Tensor) else scalar_op, input, divisor)
+
+
+@export(method=True, dunders=("__mod__",))
 def remainder(input, other):
-    y = other._value() if isinstance(other, Tensor) else other
-    return _concrete(np.asarray(np.mod(input._value(), y)))
+    """``input - floor(input / other) * other``, with the sign of ``other``; differentiable
+    in both (the quotient's gradient is zero almost everywhere)."""
+    return _modulo(REMAINDER, REMAINDER_SCALAR, "remainder", np.remainder, input, other)
+
+
+@export(function=False, dunders=("__rmod__",))
+def rremainder(input, other):
+    return remainder(as_tensor_operand(other, input), input)
+
+
+@export(method=True)
+def fmod(input, other):
+    """``input - trunc(input / other) * other``, with the sign of ``input``."""
+    return _modulo(FMOD, FMOD_SCALAR, "fmod", np.fmod, input, other)
 
 
 @export(method=True, dunders=("__pow__",))

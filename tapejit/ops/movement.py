@@ -252,6 +252,8 @@ def where_forward(v, out, a, b, p, q, ints, floats):
 
 @kernel
 def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # The branch not taken gets an exact zero (PyTorch's where), even for an infinite gradient.
+    zero = floats[0]
     c = p + 1
     for i in range(q):
         gi = g[out + i]
@@ -259,10 +261,10 @@ def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             if ma != 0:
                 acc(g, a + i, gi, ma)
             if mb != 0:
-                acc(g, b + i, gi * 0.0, mb)
+                acc(g, b + i, zero, mb)
         else:
             if ma != 0:
-                acc(g, a + i, gi * 0.0, ma)
+                acc(g, a + i, zero, ma)
             if mb != 0:
                 acc(g, b + i, gi, mb)
 
@@ -786,19 +788,47 @@ def assign_positions(input, pos, value):
     apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
 
 
-# ---- gather, index_select --------------------------------------------------------------
+# ---- gather, index_select ----------------------------------------------------------------
+
+class IndexOutOfRange(IndexError, RuntimeError):
+    """An index out of range in ``index_select``: torch raises ``IndexError`` or
+    ``RuntimeError`` for it depending on the dim and the kernel it picks, so this is both."""
+
+
+def _index_values(op, index, allowed):
+    """The values of an index tensor, refusing float and bool indices as torch does (cast
+    to int they would silently pick other elements)."""
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
+    idx = index._value()
+    if idx.dtype.kind not in "iu" or idx.dtype == np.uint64:
+        raise RuntimeError(f"{op}(): Expected dtype {allowed} for index (got {index._dtype.name} indices)")
+    return idx.astype(np.int64, copy=False)
+
 
 @export(method=True)
 def gather(input, dim, index):
     d = _wrap_dim(dim, len(input._shape), "gather")
-    idx = index._value() if isinstance(index, Tensor) else np.asarray(index)
-    if idx.ndim != len(input._shape):
-        raise RuntimeError("gather(): Index tensor must have the same number of dimensions as input tensor")
-    grid = np.arange(input._numel, dtype=np.int64).reshape(input._shape)
-    try:
-        pos = np.take_along_axis(grid, idx.astype(np.int64), axis=d)
-    except (IndexError, ValueError) as e:
-        raise RuntimeError(f"gather(): {e} (input {list(input._shape)}, index {list(idx.shape)})") from None
+    idx = _index_values("gather", index, "int32/int64")
+    shape = input._shape
+    if max(idx.ndim, 1) != max(len(shape), 1):   # torch takes 0-d for 1-D, both ways
+        raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
+                           f"(index {list(idx.shape)}, input {list(shape)})")
+    if len(shape) <= 1:
+        shape, idx = (shape[0] if shape else 1,), idx.reshape(-1)
+    for k, (i, s) in enumerate(zip(idx.shape, shape)):
+        if k != d and i > s:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(idx.shape)} to be no "
+                               f"larger than self {list(input._shape)} apart from dimension {d}")
+    size = shape[d]
+    bad = (idx < 0) | (idx >= size)
+    if bad.any():   # NumPy would wrap a negative index
+        raise RuntimeError(f"gather(): index {idx[bad].reshape(-1)[0]} is out of bounds for dimension {d} "
+                           f"with size {size}")
+    # Index dims other than d may be shorter than the input's: torch reads the leading part.
+    grid = np.arange(input._numel, dtype=np.int64).reshape(shape)
+    grid = grid[tuple(slice(None) if k == d else slice(0, i) for k, i in enumerate(idx.shape))]
+    pos = np.take_along_axis(grid, idx, axis=d).reshape(index._shape)
     if _plain(input):
         return _concrete(input._data.reshape(-1)[pos])
     return _gather(GATHER, input, pos)
@@ -807,12 +837,18 @@ def gather(input, dim, index):
 @export(method=True)
 def index_select(input, dim, index):
     d = _wrap_dim(dim, len(input._shape), "index_select")
-    idx = (index._value() if isinstance(index, Tensor) else np.asarray(index)).astype(np.int64).reshape(-1)
+    idx = _index_values("index_select", index, "int32 or int64")
+    if idx.ndim > 1:
+        raise IndexError(f"index_select(): Index is supposed to be a vector (got an index of shape "
+                         f"{list(idx.shape)})")
+    idx = idx.reshape(-1)
     size = input._shape[d] if input._shape else 1
-    if idx.size and (idx.min() < -size or idx.max() >= size):
-        raise IndexError(f"index_select(): index out of range in self (dim {d} has size {size})")
+    bad = (idx < 0) | (idx >= size)
+    if bad.any():   # NumPy would wrap a negative index
+        raise IndexOutOfRange(f"index_select(): index out of range in self (index {idx[bad][0]} for dim {d} "
+                              f"of size {size}, input of shape {list(input._shape)})")
     grid = np.arange(input._numel, dtype=np.int64).reshape(input._shape)
-    pos = np.take(grid, idx, axis=d) if input._shape else grid.reshape(1)[idx]
+    pos = np.take(grid, idx, axis=d) if input._shape else grid.reshape(1)[idx].reshape(())
     if _plain(input):
         return _concrete(input._data.reshape(-1)[pos])
     return _gather(INDEX_SELECT, input, pos)

@@ -1,5 +1,5 @@
-"""Reductions: sums and means over any dims, and max/min/prod/logsumexp/norm along one
-block of dims.
+"""Reductions: sums and means over any dims, and max/min/prod/logsumexp/norm/var/std along
+one block of dims.
 
 ``sum`` walks the input and adds each element into the output position given by strides
 that are 0 on reduced dims, times a scale (1, or 1/n for ``mean``); the same layout
@@ -9,12 +9,14 @@ reduce the middle axis; the front end moves several reduced dims next to each ot
 first.  Layouts at ``ints[p]``: sum ``[ndim, out size, sizes..., out strides...]``
 with the scale in ``floats[q]``; along-axis ops ``[outer, length, inner]``.
 Ties: ``amax``/``amin``/full ``max``/``min`` split the gradient evenly between equal
-extremes, as PyTorch does.  (This module's front ends shadow ``max``/``min``/``sum``, so the
-kernels must not call those builtins.)
+extremes, as PyTorch does; with a NaN, full ``max``/``min`` pass it to the NaNs and
+``amax``/``amin`` give NaN (PyTorch's two rules).  Reductions with an identity (prod,
+logsumexp, norm, var) may reduce over nothing.  (This module's front ends shadow
+``max``/``min``/``sum``/``any``/``all``, so the kernels must not call those builtins.)
 """
 import numpy as np
 
-from tapejit._jit import kernel
+from tapejit._jit import helper, kernel
 from tapejit.ops._kernel_helpers import acc, at, row_sum
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
@@ -150,23 +152,38 @@ def amax_forward(v, out, a, b, p, q, ints, floats):
 
 @kernel
 def amax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # PyTorch's two rules.  amax/amin (floats[q + 1] == 0): ``g / count * (x == y)``, the
+    # gradient split evenly between equal extremes; a slice whose extreme is NaN has no
+    # element equal to it, so every element gets ``g / 0 * 0``, NaN.  Full max()/min()
+    # (floats[q + 1] == 1): split evenly between the elements equal to the result, or
+    # between the NaNs when the result is NaN, and exactly zero elsewhere.
     if ma == 0:
         return
     outer = ints[p]
     length = ints[p + 1]
     inner = ints[p + 2]
+    whole = floats[q + 1] != 0.0
+    zero = floats[0]
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
             y = v[out + o * inner + k]
+            to_nans = whole and np.isnan(y)
             ties = 0
             for j in range(length):
-                if v[base + j * inner] == y:
+                x = v[base + j * inner]
+                if np.isnan(x) if to_nans else x == y:
                     ties += 1
-            share = g[out + o * inner + k] / (ties if ties > 0 else 1)
+            share = g[out + o * inner + k] / ties
             for j in range(length):
                 x = v[base + j * inner]
-                acc(g, base + j * inner, share if x == y else share * 0.0, ma)
+                if np.isnan(x) if to_nans else x == y:
+                    d = share
+                elif whole:
+                    d = zero
+                else:
+                    d = share * 0.0
+                acc(g, base + j * inner, d, ma)
 
 
 AMAX = define_kernel("amax", "AmaxBackward0", amax_forward, amax_backward, saved="ao",
@@ -192,24 +209,51 @@ def prod_forward(v, out, a, b, p, q, ints, floats):
 
 @kernel
 def prod_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
-    # Product of all other elements via prefix and suffix products: exact with zeros.
+    # PyTorch's rule, by floats[q]: 0 prod(dim), 1 full prod(), 2 a 0-d input (whose
+    # gradient is g).  With no zero anywhere in the input, g * (y / x); with zeros, g times
+    # the product of the other elements of the slice (prefix times suffix products), but
+    # zero for a full product with two zeros or more.
     if ma == 0:
         return
     outer = ints[p]
     length = ints[p + 1]
     inner = ints[p + 2]
+    kind = floats[q]
+    zero = floats[0]
+    n = outer * length * inner
+    if kind == 2.0:
+        acc(g, a, g[out], ma)
+        return
+    zeros = 0
+    for i in range(n):
+        if v[a + i] == 0.0:
+            zeros += 1
+    if zeros == 0:
+        for o in range(outer):
+            for k in range(inner):
+                base = a + o * length * inner + k
+                y = v[out + o * inner + k]
+                gy = g[out + o * inner + k]
+                for j in range(length):
+                    acc(g, base + j * inner, gy * (y / v[base + j * inner]), ma)
+        return
+    if kind == 1.0 and zeros > 1:
+        for i in range(n):
+            acc(g, a + i, zero, ma)
+        return
+    suffix = np.empty(length, v.dtype)
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
             gy = g[out + o * inner + k]
-            prefix = gy * 0.0 + 1.0
-            for j in range(length):
-                acc(g, base + j * inner, prefix, ma)
-                prefix *= v[base + j * inner]
-            suffix = gy
+            s = zero + 1.0
             for j in range(length - 1, -1, -1):
-                g[base + j * inner] *= suffix
-                suffix *= v[base + j * inner]
+                suffix[j] = s
+                s *= v[base + j * inner]
+            prefix = zero + 1.0
+            for j in range(length):
+                acc(g, base + j * inner, gy * (prefix * suffix[j]), ma)
+                prefix *= v[base + j * inner]
 
 
 PROD = define_kernel("prod", "ProdBackward0", prod_forward, prod_backward, saved="ao",
@@ -231,11 +275,14 @@ def logsumexp_forward(v, out, a, b, p, q, ints, floats):
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
+            if length == 0:
+                v[out + o * inner + k] = -np.inf   # the log of an empty sum, as PyTorch
+                continue
             m = v[base]
             for j in range(1, length):
                 m = np.maximum(m, v[base + j * inner])
-            if np.isinf(m):
-                m = m * 0.0
+            if np.isinf(m):   # as PyTorch: all -inf gives -inf, any +inf gives inf
+                m = floats[0]
             s = m * 0.0
             for j in range(length):
                 s += np.exp(v[base + j * inner] - m)
@@ -274,6 +321,13 @@ def norm_forward(v, out, a, b, p, q, ints, floats):
         for k in range(inner):
             base = a + o * length * inner + k
             s = floats[0] * 0.0
+            if np.isinf(order):
+                for j in range(length):
+                    x = np.abs(v[base + j * inner])
+                    if np.isnan(x) or x > s:
+                        s = x
+                v[out + o * inner + k] = s
+                continue
             for j in range(length):
                 x = np.abs(v[base + j * inner])
                 s += x * x if order == 2.0 else x ** order
@@ -282,26 +336,47 @@ def norm_forward(v, out, a, b, p, q, ints, floats):
 
 @kernel
 def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
-    # PyTorch's subgradient: zero gradient where the norm is zero.
+    # PyTorch's rules, case by case (its sgn(NaN) is 0), with its masks: the gradient is
+    # zero where the norm is zero, and the inf-norm's is split between the elements equal
+    # to it, or the NaNs.
     if ma == 0:
         return
     outer = ints[p]
     length = ints[p + 1]
     inner = ints[p + 2]
     order = floats[q]
+    zero = floats[0]
     for o in range(outer):
         for k in range(inner):
             base = a + o * length * inner + k
             y = v[out + o * inner + k]
             gy = g[out + o * inner + k]
+            share = gy
+            if np.isinf(order):
+                hits = 0
+                for j in range(length):
+                    x = np.abs(v[base + j * inner])
+                    if x == y or np.isnan(x):
+                        hits += 1
+                share = gy / hits
+            elif order != 1.0 and order != 2.0 and order >= 1.0:
+                share = zero if y == 0.0 else gy / y ** (order - 1.0)
             for j in range(length):
                 x = v[base + j * inner]
-                if y == 0.0:
-                    d = gy * 0.0
+                sgn = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else 0.0)
+                if order == 1.0:
+                    d = sgn * gy
                 elif order == 2.0:
-                    d = gy * x / y
+                    d = gy * (zero if y == 0.0 else x / y)
+                elif np.isinf(order):
+                    ax = np.abs(x)
+                    d = sgn * (share * (1.0 if ax == y or np.isnan(ax) else 0.0))
+                elif order < 1.0:
+                    d = (zero if x == 0.0 else sgn * np.abs(x) ** (order - 1.0)) * gy * y ** (1.0 - order)
+                elif order < 2.0:
+                    d = sgn * np.abs(x) ** (order - 1.0) * share
                 else:
-                    d = gy * np.sign(x) * np.abs(x) ** (order - 1.0) / y ** (order - 1.0)
+                    d = x * np.abs(x) ** (order - 2.0) * share
                 acc(g, base + j * inner, d, ma)
 
 
@@ -309,10 +384,93 @@ NORM = define_kernel("norm", "LinalgVectorNormBackward0", norm_forward, norm_bac
                      operands=1, samples=cases(("norm", lambda tj, x: x.norm(), [(3, 4)], anywhere),
                                    ("norm_dim", lambda tj, x: tj.norm(x, dim=1), [(3, 4)], anywhere),
                                    ("norm_p1", lambda tj, x: x.norm(p=1), [(5,)], away_from_zero),
-                                   ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive)))
+                                   ("norm_p3", lambda tj, x: x.norm(p=3, dim=0), [(3, 2)], positive),
+                                   ("norm_p0.5", lambda tj, x: x.norm(p=0.5), [(4,)], positive),
+                                   ("norm_p1.5", lambda tj, x: x.norm(p=1.5, dim=1), [(2, 3)], away_from_zero),
+                                   ("norm_inf", lambda tj, x: x.norm(p=float("inf"), dim=1), [(3, 4)], positive)))
+
+
+@helper
+def slice_mean(v, base, length, inner, zero):
+    """Mean of ``length`` elements ``inner`` apart, summed as differences from the first:
+    exact for equal elements (a plain sum over n rounds, so a spread of equal values would
+    not be zero, nor std's gradient there)."""
+    if length == 0:
+        return zero / zero
+    first = v[base]
+    s = zero
+    for j in range(length):
+        s += v[base + j * inner] - first
+    return first + s / length
+
+
+@kernel
+def var_forward(v, out, a, b, p, q, ints, floats):
+    # floats[q]: the correction; floats[q + 1]: 1 when reduced over everything with no dim
+    # given, + 2 for std.  As PyTorch: the sum of squares over max(0, n - correction).
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    dof = length - floats[q]
+    take_sqrt = floats[q + 1] >= 2.0
+    zero = floats[0]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            mean = slice_mean(v, base, length, inner, zero)
+            s = zero
+            for j in range(length):
+                d = v[base + j * inner] - mean
+                s += d * d
+            r = s / (dof if dof > 0.0 else zero)
+            v[out + o * inner + k] = np.sqrt(r) if take_sqrt else r
+
+
+@kernel
+def var_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # PyTorch's rules: var's gradient is 2 / (n - correction) * g * (x - mean), but for a
+    # reduction over everything with no dim given and n - correction <= 0 it is g times
+    # NaN where x equals the mean, inf elsewhere.  std's: g / (2 std) (0 where std is 0)
+    # through var's.
+    if ma == 0:
+        return
+    outer = ints[p]
+    length = ints[p + 1]
+    inner = ints[p + 2]
+    dof = length - floats[q]
+    mode = floats[q + 1]
+    whole = mode == 1.0 or mode == 3.0
+    take_sqrt = mode >= 2.0
+    zero = floats[0]
+    for o in range(outer):
+        for k in range(inner):
+            base = a + o * length * inner + k
+            y = v[out + o * inner + k]
+            gy = g[out + o * inner + k]
+            if take_sqrt:
+                gy = zero if y == 0.0 else gy / (y * 2.0)
+            mean = slice_mean(v, base, length, inner, zero)
+            for j in range(length):
+                x = v[base + j * inner]
+                if whole and dof <= 0.0:
+                    d = gy * (np.nan if x == mean else np.inf)
+                else:
+                    d = 2.0 / dof * gy * (x - mean)
+                acc(g, base + j * inner, d, ma)
+
+
+VAR = define_kernel("var", "VarBackward0", var_forward, var_backward, saved="ao", operands=1,
+                    samples=cases(("var", lambda tj, x: x.var(), [(3, 4)], anywhere),
+                                  ("var_dim", lambda tj, x: tj.var(x, 1, keepdim=True), [(3, 4)], anywhere),
+                                  ("var_dims_c0", lambda tj, x: x.var((0, 2), correction=0), [(2, 3, 4)], anywhere)))
+STD = same_kernels("std", "StdBackward0", VAR,
+                   samples=cases(("std", lambda tj, x: x.std(), [(3, 4)], anywhere),
+                                 ("std_dim", lambda tj, x: tj.std(x, 0), [(3, 4)], anywhere),
+                                 ("std_unbiased0", lambda tj, x: x.std(-1, unbiased=False), [(2, 3, 4)], anywhere)))
 
 
 # ---- front ends ---------------------------------------------------------------------------
+import warnings  # noqa: E402
 from collections import namedtuple as _namedtuple  # noqa: E402
 
 from tapejit.api import export  # noqa: E402
@@ -372,15 +530,23 @@ def mean(input, dim=None, keepdim=False, dtype=None):
     return _sum_like(op, input, dim, keepdim, True, dtype)
 
 
-def _along(op, x, dim, keepdim, q_value=None):
-    """Record an (outer, length, inner) reduction of ``x`` over ``dim``."""
+def _along(op, x, dim, keepdim, q_value=None, q_flag=0.0, identity=False):
+    """Record an (outer, length, inner) reduction of ``x`` over ``dim``, with the static
+    floats ``q_value``, ``q_flag`` at ``floats[q]``.  A reduction with an ``identity``
+    (prod's 1, logsumexp's -inf, ...) may reduce over nothing; the others refuse, as torch."""
     x = float_input(x)
     if not on_tape(x):
-        return eager(_along, op, x, dim, keepdim, q_value)
+        return eager(_along, op, x, dim, keepdim, q_value, q_flag, identity)
     dims = reduced_dims(dim, len(x._shape), op.name)
     shape = reduced_shape(x._shape, dims, keepdim)
-    if x._numel == 0 and dims:
-        raise RuntimeError(f"{op.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    if x._numel == 0 and not identity:
+        empty = [d for d in dims if x._shape[d] == 0]
+        if dim is None and dims:
+            raise RuntimeError(f"{op.name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        if empty:
+            raise IndexError(f"{op.name}(): Expected reduction dim {empty[0]} to have non-zero size "
+                             f"(input of shape {list(x._shape)}).")
     layout = axis_layout(x._shape, dims)
     if layout is None:
         from tapejit.ops.movement import permute
@@ -389,7 +555,7 @@ def _along(op, x, dim, keepdim, q_value=None):
         layout = axis_layout(x._shape, tuple(range(len(kept), len(x._shape))))
     tape = _state.tape or _current()
     p = tape.add_ints(layout)
-    q = tape.add_floats(q_value) if q_value is not None else 0
+    q = tape.add_floats(q_value, q_flag) if q_value is not None else 0
     return record(op, (x,), shape, x._dtype, p, q)
 
 
@@ -417,7 +583,7 @@ def _extreme(input, dim, keepdim, largest):
             raise RuntimeError(
                 f"{'max' if largest else 'min'}(): Expected reduction dim to be specified for input.numel() == 0. "
                 "Specify the reduction dim with the 'dim' argument.")
-        return _along(MAX_ALL if largest else MIN_ALL, input, None, False, 1.0 if largest else -1.0)
+        return _along(MAX_ALL if largest else MIN_ALL, input, None, False, 1.0 if largest else -1.0, 1.0)
     # With a dim: values and indices, the gradient going to the chosen index (as torch).
     from tapejit.shapes import wrap_dim
     d = wrap_dim(dim, len(input._shape), "max" if largest else "min")
@@ -527,35 +693,41 @@ def prod(input, dim=None, keepdim=False, dtype=None):
         input = input.to(dtype)
     if not input._dtype.is_floating_point:
         return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
-    return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim)
+    kind = 2.0 if not input._shape else 1.0 if dim is None else 0.0   # see prod_backward
+    return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim, kind, identity=True)
 
 
 @export(method=True)
 def logsumexp(input, dim, keepdim=False):
-    return _along(LOGSUMEXP, input, dim, keepdim)
+    return _along(LOGSUMEXP, input, dim, keepdim, identity=True)
 
 
 @export(method=True)
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if p == "fro" or p is None:
         p = 2.0
-    if p in (float("inf"), "inf"):
-        from tapejit.ops.unary import abs as _abs_fn  # noqa: F401
-        return amax(input.abs(), () if dim is None else dim, keepdim)
-    if not isinstance(p, (int, float)) or p <= 0:
+    if p == "inf":
+        p = float("inf")
+    if not isinstance(p, (int, float)) or not p > 0:
         raise RuntimeError(f"norm(): tapejit supports p > 0, 'fro' and inf, got p={p!r}")
-    return _along(NORM, input, dim, keepdim, float(p))
+    if p == float("inf") and input._numel == 0 and 0 in [
+            input._shape[d] for d in reduced_dims(dim, len(input._shape), "norm")]:
+        raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty tensor because the "
+                           f"operation does not have an identity (input of shape {list(input._shape)})")
+    return _along(NORM, input, dim, keepdim, float(p), identity=p != float("inf"))
 
 
-def _moments(input, dim, correction, keepdim, op):
+def _moments(input, dim, correction, keepdim, take_sqrt):
+    op = STD if take_sqrt else VAR
     x = float_input(input)
-    dims = reduced_dims(dim, len(x._shape), op)
+    dims = reduced_dims(dim, len(x._shape), op.name)
     n = _numel([x._shape[d] for d in dims]) if x._shape else 1
-    centred = x - mean(x, dims if x._shape else None, keepdim=True)
-    sq = centred * centred
-    total = sum(sq, dims if x._shape else None, keepdim=keepdim)
-    denom = n - correction
-    return total / denom if denom > 0 else total * float("nan")
+    if n - correction <= 0:
+        warnings.warn(f"{op.name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+                      f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=3)
+    whole = dim is None or not x._shape   # PyTorch's gradient differs there when n <= correction
+    return _along(op, x, dims if x._shape else None, keepdim, float(correction),
+                  (1.0 if whole else 0.0) + (2.0 if take_sqrt else 0.0), identity=True)
 
 
 def _correction(unbiased, correction):
@@ -568,14 +740,14 @@ def _correction(unbiased, correction):
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return _moments(input, dim, _correction(unbiased, correction), keepdim, "var")
+    return _moments(input, dim, _correction(unbiased, correction), keepdim, False)
 
 
 @export(method=True)
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return var(input, dim, keepdim=keepdim, correction=_correction(unbiased, correction)).sqrt()
+    return _moments(input, dim, _correction(unbiased, correction), keepdim, True)
 
 
 @export(method=True)

@@ -4,7 +4,9 @@ Each op is its value rule and derivative rule, then one ``define_unary`` line.  
 derivative rule sees the input ``x``, the output ``y`` and the incoming adjoint ``g``.
 Subgradients follow PyTorch: ``abs'(0) = 0``, ``relu'(0) = 0``, ``clamp`` passes the
 gradient on the closed interval ``[min, max]``, ``pow(x, 0)`` has zero gradient.
-NaN and inf propagate as in PyTorch (no masking of ``0 * nan``).
+Where PyTorch masks a gradient (relu, clamp, sign, ``pow(x, 0)``) it is an exact zero,
+even for an infinite ``g``; elsewhere NaN and inf propagate through products as in
+PyTorch (``abs`` at 0 with an infinite ``g`` is NaN).
 """
 import math
 
@@ -144,7 +146,7 @@ def pow_scalar_value(x, c0, c1):
 @rule
 def pow_scalar_grad(x, y, g, c0, c1):
     if c0 == 0.0:
-        return g * 0.0
+        return 0.0   # PyTorch's zeros_like: an exact zero, even for an infinite g
     return g * c0 * x ** (c0 - 1.0)
 
 
@@ -183,7 +185,12 @@ def abs_value(x, c0, c1):
 
 @rule
 def abs_grad(x, y, g, c0, c1):
-    return g * np.sign(x)
+    # g * sgn(x) with PyTorch's sgn, which is 0 at NaN (NumPy's sign is NaN there)
+    if x > 0:
+        return g
+    if x < 0:
+        return -g
+    return g * 0.0
 
 
 ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
@@ -192,12 +199,17 @@ ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
 
 @rule
 def sign_value(x, c0, c1):
-    return np.sign(x)
+    # PyTorch's sign: +0.0 for NaN and for -0.0, where NumPy's gives NaN and -0.0
+    if x > 0:
+        return 1.0
+    if x < 0:
+        return -1.0
+    return c0
 
 
 @rule
 def sign_grad(x, y, g, c0, c1):
-    return g * 0.0
+    return 0.0   # PyTorch's zeros_like, even for an infinite g
 
 
 SIGN = define_unary("sign", "SignBackward0", sign_value, sign_grad, saves=False,
@@ -357,12 +369,16 @@ SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoi
 
 @rule
 def relu_value(x, c0, c1):
-    return x if x > 0 else x * 0.0
+    # c0 is a zero of x's type.  PyTorch's relu gives +0.0 for a negative x (x * 0.0 would be
+    # -0.0, and 1 / relu(-1) -inf) and keeps -0.0 and NaN.
+    return c0 if x < 0 else x
 
 
 @rule
 def relu_grad(x, y, g, c0, c1):
-    return g if y > 0 else g * 0.0
+    # PyTorch's threshold_backward: an exact zero where y <= 0 (even for an infinite g),
+    # g elsewhere, NaN included
+    return c0 if y <= 0 else g
 
 
 RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero))
@@ -404,19 +420,23 @@ ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_sam
 
 @rule
 def clamp_value(x, c0, c1):
-    # c0 = min, c1 = max (+-inf when not given); NaN stays NaN as in PyTorch.
+    # c0 = min, c1 = max (+-inf when not given): PyTorch's min(max(x, min), max), so max
+    # wins when min > max; NaN stays NaN.
     if x < c0:
-        return x * 0.0 + c0
+        if c0 > c1:
+            return c1
+        return c0
     if x > c1:
-        return x * 0.0 + c1
+        return c1
     return x
 
 
 @rule
 def clamp_grad(x, y, g, c0, c1):
+    # PyTorch masks: outside [min, max] (or NaN) an exact zero, even for an infinite g
     if x >= c0 and x <= c1:
         return g
-    return g * 0.0
+    return 0.0
 
 
 CLAMP = define_activation("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
@@ -518,12 +538,14 @@ def clamp(input, min=None, max=None):
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     from tapejit.tensor import Tensor
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        from tapejit.ops.binary import maximum, minimum
+        # PyTorch's min(max(x, min), max) and its masks (not maximum's split gradient at a tie)
+        from tapejit.ops.binary import CLAMP_MAX_TENSOR, CLAMP_MIN_TENSOR
+        from tapejit.recording import as_tensor_operand, record_binary
         out = input
         if min is not None:
-            out = maximum(out, min if isinstance(min, Tensor) else out * 0 + min)
+            out = record_binary(CLAMP_MIN_TENSOR, out, as_tensor_operand(min, out), _np.maximum)
         if max is not None:
-            out = minimum(out, max if isinstance(max, Tensor) else out * 0 + max)
+            out = record_binary(CLAMP_MAX_TENSOR, out, as_tensor_operand(max, out), _np.minimum)
         return out
     if not input._dtype.is_floating_point:
         return _concrete(_np.clip(input._value(), min, max))
