@@ -21,11 +21,23 @@ computed.  Only differentiable work is recorded (see ``recording.eager``).
 One tape per thread (``current()``).  After ``backward()`` without ``retain_graph`` the
 thread moves on to a fresh tape; a finished tape whose tensors are all gone is rewound
 and reused, keeping its buffers, so a training loop allocates nothing per step.
+
+Pending work is bounded: a tape that has grown while few tensors still refer to it (a
+loop of forward passes whose results are never read) is retired once the call in
+progress returns (``_note_growth``), so its records do not pile up.
+
+Threads: only the owner thread records on a tape.  Another thread may read its values or
+run backward through it (``autograd.grad`` from several threads on one graph): each tape
+has a lock held across a flush and across a whole backward pass (adjoint buffers, flags
+and the leaves' gradients), and a thread flushing a tape it does not own first takes it
+from its owner (``_take_from_owner``), whose next operations record on a new tape.
 """
 import os
 import struct
 import sys
 import threading
+import time
+import weakref
 
 import numpy as np
 
@@ -42,13 +54,24 @@ class _ThreadState(threading.local):
         self.tape = None
         self.grad = True
         self.pool = []
-        self.anomaly = False
         self.eager = False       # inside recording.eager(): record, compute, then drop
         self.inference = False
         self.trace = None        # inside tj.compile's first call: the Trace being recorded
+        # [tape, frame, calls]: a tape due for retirement while the call that was running when
+        # it grew (``frame``, the outermost of tapejit's) has not returned (see _note_growth)
+        self.hold = None
 
 
 state = _ThreadState()
+
+
+class _ProcessModes:
+    """Modes that hold for every thread, as torch's: anomaly detection is process-wide
+    (``torch.autograd.detect_anomaly`` in one thread makes every thread's backward check)."""
+    anomaly = False       # backward checks each node's gradients for NaN (detect_anomaly)
+
+
+modes = _ProcessModes()
 _serial = [0]
 # Op groups this process has compiled sweeps for; it only grows, so a process loads a
 # handful of sweep variants at most.  TAPEJIT_SWEEP_GROUPS=all starts with everything.
@@ -78,11 +101,17 @@ class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "tracing", "kept", "unkept", "__weakref__")
+                 "tracing", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
+                 "__weakref__")
 
     def __init__(self):
+        # Held across a flush and a whole backward pass: another thread may read this tape's
+        # values or run backward through it (reentrant: hooks and reads happen inside).
+        self.lock = threading.RLock()
+        # The owner thread's state (its thread-local dict): another thread that must flush
+        # this tape first takes it from the owner (_take_from_owner).
+        self.home = state.__dict__
         self.use_records(np.zeros((256, 6), np.int64))
-        self.cap = 256
         self.ints = np.zeros(256, np.int64)
         self.floats = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
         self.vals = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
@@ -116,6 +145,17 @@ class Tape:
         # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None
         self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
+        # After a failed allocation: ((arena 0 end, arena 1 end), message).  Slots past the
+        # ends have no value (their records were dropped); reading one raises the message.
+        self.broken = None
+        # Leaves whose array changed through ``.data`` after they were loaded: their load
+        # slots take the new value before the next backward (as torch's saved tensors do).
+        self.stale = None
+        # Weak references to tensors whose array is a view of this tape's arenas (detach(),
+        # .data of a recorded tensor): they get copies before the arenas are reused or freed.
+        self.views = None
+        self.checked = _FIRST_CHECK   # record count of the next growth check (grow)
+        self.cap = min(len(self.rec), _FIRST_CHECK)
         _serial[0] += 1
         self.serial = _serial[0]
         if getattr(self, "thread", None) is None:   # a reused tape stays in its thread's pool
@@ -140,13 +180,23 @@ class Tape:
         pack_record(self.packed, n * 48, code, out, a, b, p, q)
         self.n = n + 1
 
-    def grow(self, own_refs=4):
-        size = 2 * self.cap
-        self.use_records(_grown(self.rec, size, self.n))
-        freed = np.zeros(size, np.uint8)
-        freed[:self.n] = self.freed[:self.n]
-        self.freed = freed
-        self.cap = size
+    def grow(self):
+        """Called when ``n`` reaches ``cap``: the record column's size, or earlier a check
+        point (``checked``) at which ``_note_growth`` looks at the tape.  Check points come
+        every few thousand records, sooner for large values, however large the columns of
+        a reused tape already are."""
+        n = self.n
+        if n >= len(self.rec):
+            size = 2 * len(self.rec)
+            rec = _grown(self.rec, size, n)
+            freed = np.zeros(size, np.uint8)
+            freed[:n] = self.freed[:n]
+            self.use_records(rec)
+            self.freed = freed
+        if n >= self.checked:
+            _note_growth(self)
+            self.checked = _next_check(self)
+        self.cap = min(len(self.rec), max(self.checked, n + 1))
 
     def add_ints(self, values):
         """Append static ints; returns their index in ``ints``."""
@@ -213,7 +263,12 @@ class Tape:
         cursor[d] = end
         vals = self.vals[d]
         if end > len(vals):
-            self._ensure_arena(d, end)
+            try:
+                self._ensure_arena(d, end)
+            except MemoryError:
+                cursor[d] = off
+                raise MemoryError(_no_memory(f"loading a tensor of {n:,} {_ARENA_DTYPES[d].__name__} "
+                                             f"values", end - len(vals), d)) from None
             vals = self.vals[d]
         if n == 1:
             vals[off] = value.item() if value.ndim else value[()]
@@ -242,9 +297,13 @@ class Tape:
     def _ensure_arena(self, d, need):
         vals = self.vals[d]
         if need > len(vals):
-            grown = np.empty(max(need, 2 * len(vals)), _ARENA_DTYPES[d])
+            try:
+                grown = np.empty(max(need, 2 * len(vals)), _ARENA_DTYPES[d])
+            except MemoryError:   # doubling is a habit, not a need: try the size asked for
+                grown = np.empty(need, _ARENA_DTYPES[d])
             grown[:len(vals)] = vals
             self.vals[d] = grown
+            _note_growth(self)
 
     def ensure_adjoints(self):
         if len(self.adj[0]) >= len(self.vals[0]) and len(self.adj[1]) >= len(self.vals[1]):
@@ -252,10 +311,13 @@ class Tape:
         for d in (0, 1):
             need = len(self.vals[d])
             if len(self.adj[d]) < need:
-                self.adj[d] = np.empty(need, _ARENA_DTYPES[d])
+                # Both allocated before either is kept: adjoints longer than their flags would
+                # pass this check next time, and the sweep would write past the flags' end.
+                adj = np.empty(need, _ARENA_DTYPES[d])
                 flags = np.zeros(need, np.uint8)
                 old = self.flags[d]
                 flags[:len(old)] = old
+                self.adj[d] = adj
                 self.flags[d] = flags
 
     def note_unkept(self, start, end, d, slots):
@@ -277,13 +339,62 @@ class Tape:
     def value(self, t):
         """The (flushed) value of taped tensor ``t`` as a view into the arena."""
         d = t._dtype.arena
+        if self.broken is not None:
+            self.check_computed(t)
         if self.unkept is not None and (d, t._off) in self.unkept[1]:
             self.keep_values()
         return self.vals[d][t._off:t._off + t._numel].reshape(t._shape)
 
+    def check_computed(self, t):
+        """After a failed allocation: raise its MemoryError if ``t`` was one of the results
+        dropped with the op that could not be computed (or came after it)."""
+        if self.broken is not None and t._off >= self.broken[0][t._dtype.arena]:
+            raise MemoryError(self.broken[1])
+
+    def note_view(self, t):
+        """``t`` (a concrete tensor) holds a view of this tape's arena: see release_views."""
+        views = self.views
+        if views is None:
+            views = self.views = []
+        elif len(views) >= 64 and (len(views) & (len(views) - 1)) == 0:
+            views[:] = [r for r in views if r() is not None]
+        views.append(weakref.ref(t))
+
+    def release_views(self):
+        """Give every tensor that still views this tape's arenas a copy of its value, so the
+        arenas can be reused (the tape is rewound) or freed.  Tensors that shared one view
+        (a tensor's detached aliases) share one copy."""
+        views = self.views
+        self.views = None
+        if not views:
+            return
+        arenas = [id(v) for v in self.vals]
+        copies = {}
+        for ref in views:
+            t = ref()
+            if t is None or t._tape is not None:
+                continue
+            data = t._data
+            base = data.base
+            if base is None or id(base) not in arenas:
+                continue
+            key = (id(base), data.__array_interface__["data"][0], data.shape, data.dtype.str)
+            copy = copies.get(key)
+            if copy is None:
+                copy = copies[key] = data.copy()
+            t._data = copy
+
     # ---- flush: pending lists -> columns, then the compiled forward ----------------------
 
     def flush(self):
+        if self.n == self.nrec:
+            return
+        if self.thread != threading.get_ident():
+            self._take_from_owner()
+        with self.lock:
+            self._flush()
+
+    def _flush(self):
         lo = self.nrec
         hi = self.n
         if hi == lo:
@@ -307,13 +418,81 @@ class Tape:
             self.nfloats = end
         cursor = self.cursor
         if cursor[0] > len(self.vals[0]) or cursor[1] > len(self.vals[1]):
-            for d in (0, 1):
-                self._ensure_arena(d, cursor[d])
+            try:
+                for d in (0, 1):
+                    self._ensure_arena(d, cursor[d])
+            except MemoryError:
+                hi = self._drop_unallocatable(lo, hi)   # raises once the tape is consistent
         self.nrec = hi
         self._producers = None
-        if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
-            self.keep_values()
-        self._run_forward(lo, hi)
+        try:
+            if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
+                self.keep_values()
+            self._run_forward(lo, hi)
+        except BaseException:
+            # Nothing half-computed may pass for a value: the records run again next time.
+            self.nrec = lo
+            if self is state.tape:   # later operations must not wait on these records
+                retire_current()
+            raise
+
+    def _drop_unallocatable(self, lo, hi):
+        """The values of records ``lo .. hi`` do not fit in memory.  Drop the record with the
+        largest result and everything recorded after it (their tensors raise this error when
+        read), keep what fits, retire the tape, and raise a MemoryError naming the op."""
+        rec = self.rec[lo:hi]
+        arena = rec[:, 0] & 1
+        outs = rec[:, 1]
+        sizes = np.zeros(hi - lo, np.int64)
+        for d in (0, 1):
+            mine = np.flatnonzero(arena == d)
+            if len(mine):
+                ends = np.append(outs[mine[1:]], self.cursor[d])
+                sizes[mine] = ends - outs[mine]
+        worst = int(np.argmax(sizes))
+        r = lo + worst
+        d = int(arena[worst])
+        op = registry.OPS[int(rec[worst, 0]) >> 1]
+        message = _no_memory(f"the result of {op.name} ({op.node})", int(sizes[worst]), d)
+        ends = list(self.cursor)
+        for a in (0, 1):
+            later = np.flatnonzero(arena[worst:] == a)
+            if len(later):
+                ends[a] = int(outs[worst + later[0]])
+        self.n = r
+        self.cursor[0], self.cursor[1] = ends
+        self.broken = (tuple(ends), message)
+        self.grad_loads = [g for g in self.grad_loads if g[2] < ends[g[1]]]
+        for key in list(self.loaded):
+            if self.loaded[key][0] >= ends[key[1]]:
+                del self.loaded[key]
+        for key, loads in list(self.loads_of.items()):
+            self.loads_of[key] = [e for e in loads if e[0] < ends[key[1]]]
+        if self is state.tape:
+            state.tape = None       # later operations start on a fresh tape
+        hold = state.hold
+        if hold is not None and hold[0] is self:
+            state.hold = None
+        try:
+            for a in (0, 1):
+                self._ensure_arena(a, ends[a])
+        except MemoryError:
+            if r > lo:
+                self._drop_unallocatable(lo, r)
+            raise
+        raise MemoryError(message)
+
+    def _take_from_owner(self):
+        """This thread is about to flush a tape another thread records on.  The owner's next
+        operations go to a new tape, and this waits for the one it may be recording now:
+        two threads never change one tape at once."""
+        home = self.home
+        if home.get("tape") is self:
+            home["tape"] = None
+        hold = home.get("hold")
+        if hold is not None and hold[0] is self:
+            home["hold"] = None
+        _wait_outside(self.thread)
 
     def _run_forward(self, lo, hi):
         sw = sweeps(self.groups)
@@ -359,6 +538,13 @@ class Tape:
 
 
 _LOAD = []   # (opcode * 2, group bit) of the load op, filled on first use (ops register late)
+
+
+def _no_memory(what, elements, d):
+    itemsize = np.dtype(_ARENA_DTYPES[d]).itemsize
+    return (f"not enough memory for {what}: {elements:,} {_ARENA_DTYPES[d].__name__} values "
+            f"({elements * itemsize:,} bytes).  Tensors computed from it have no value; later "
+            f"operations record on a new tape.")
 
 
 def _load_op():
@@ -408,8 +594,20 @@ def current():
     """This thread's tape, creating (or reusing a finished) one when needed."""
     tape = state.tape
     if tape is None:
+        if state.hold is not None:
+            tape = _held()
+            if tape is not None:
+                return tape
         tape = _fresh_tape()
         state.tape = tape
+    return tape
+
+
+def recording_tape():
+    """The tape this thread records on now, if any (without making one)."""
+    tape = state.tape
+    if tape is None and state.hold is not None:
+        return state.hold[0]
     return tape
 
 
@@ -420,12 +618,19 @@ def _fresh_tape():
         # Reusable when nothing outside the pool refers to the tape or its arenas (a
         # tensor, a grad_fn node, or a NumPy view handed to the user).  The counts are
         # the pool's, this frame's and getrefcount's own references.
-        if (sys.getrefcount(old) <= 3 and sys.getrefcount(old.vals[0]) <= 2
-                and sys.getrefcount(old.vals[1]) <= 2):
+        if sys.getrefcount(old) > 3:
+            continue
+        if old.views and not _arenas_free(old):
+            old.release_views()   # detached tensors still viewing the arenas get copies
+        if _arenas_free(old):
             del pool[i]
             old.reset()
             return old
     return Tape()
+
+
+def _arenas_free(tape):
+    return sys.getrefcount(tape.vals[0]) <= 2 and sys.getrefcount(tape.vals[1]) <= 2
 
 
 def retire_if_due(tape, own_refs):
@@ -448,10 +653,141 @@ def retire_if_due(tape, own_refs):
 
 # Elements of value arena (32 MB of float64) past which a tape used by few tensors retires.
 _LARGE_ARENA = 1 << 22
+# Records past which a growing tape few tensors refer to is retired (see _note_growth).
+_RETIRE_RECORDS = 4096
+# Records of a (re)started tape at which growth is first checked (for large values).
+_FIRST_CHECK = 64
+# References to a tape held by the frames of an op being recorded when it grows (the
+# record functions' locals, grow's ``self``, the thread state, getrefcount's argument):
+# an estimate, the test below leaves a margin of 64 tensors per 4,096 records.
+_GROWTH_OWN_REFS = 8
+# Operations recorded on a held tape before the hold is given up (see _held).
+_HOLD_CALLS = 256
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def due_by_size(tape):
     return tape.cursor[0] + tape.cursor[1] > _LARGE_ARENA
+
+
+def _note_growth(tape):
+    """The record column or an arena of ``tape`` has just grown (a rare event: sizes
+    double).  If few tensors still refer to it, nothing reads most of its records any more
+    (a loop of forward passes whose results are never read, which would otherwise grow
+    without bound): retire it.  Not at once: an op is being recorded, and ops keep offsets
+    and ``ints`` indices of this tape in their locals.  So the tape is held (``state.hold``)
+    until the outermost tapejit call now running (a module's forward, an operator) has
+    returned; operations recorded meanwhile still go to it (``current()``, ``_held``)."""
+    if tape is not state.tape or tape.tracing or state.hold is not None:
+        return
+    n = tape.n
+    refs = sys.getrefcount(tape) - _GROWTH_OWN_REFS
+    if ((n >= _RETIRE_RECORDS and refs * 64 < n) or (due_by_size(tape) and refs < 16)) \
+            and _independent_halves(tape):
+        outer = None
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_filename.startswith(_PACKAGE):
+                outer = f
+            f = f.f_back
+        state.hold = [tape, outer, 0]
+        state.tape = None
+
+
+def _next_check(tape):
+    """Record count of the next growth check: doubling from 4,096 records, or every 32 MB
+    of values for large ones."""
+    n = tape.n
+    step = max(n, _RETIRE_RECORDS)
+    per_record = (tape.cursor[0] + tape.cursor[1]) / max(n, 1)
+    if per_record * step > _LARGE_ARENA:
+        step = max(16, int(_LARGE_ARENA / per_record))
+    return n + step
+
+
+def _independent_halves(tape):
+    """Whether no record of the newer half of ``tape`` reads a result of the older half
+    (loads aside): iterations of a loop that do not depend on one another, not one long
+    computation whose last result needs every record.  This only decides whether retiring
+    the tape is worth it (retiring is always correct), so operands listed in ``ints``
+    (cat, stack) are not looked at."""
+    n = tape.n
+    half = n // 2
+    rec = tape.rec[:n]
+    load_op = (_LOAD or _load_op())[0] >> 1
+    cast_op = registry.BY_NAME["cast"].opcode
+    older = rec[:half]
+    made = older[(older[:, 0] >> 1) != load_op]
+    made_keys = made[:, 1] * 2 + (made[:, 0] & 1)
+    newer = rec[half:]
+    arena = newer[:, 0] & 1
+    for col in (2, 3):
+        field = newer[:, col]
+        used = field != -1
+        slot = np.where(field < 0, ~field, field)
+        operand_arena = arena ^ ((col == 2) & ((newer[:, 0] >> 1) == cast_op))
+        keys = (slot * 2 + operand_arena)[used]
+        if np.isin(keys, made_keys).any():
+            return False
+    return True
+
+
+def _held():
+    """``current()`` while a tape is held: the held tape as long as the call that was
+    running when it grew has not returned; after that, None (the held tape is retired and
+    the caller starts a new one).  A call that goes on recording for long (a long
+    function under ``value_and_grad``) keeps its tape: the hold is given up."""
+    hold = state.hold
+    tape, outer, calls = hold
+    if tape.lock._is_owned():
+        return None   # a custom Function's backward: ops there never record on the swept tape
+    f = sys._getframe(2)
+    while f is not None and f is not outer:
+        f = f.f_back
+    if f is None:
+        state.hold = None
+        state.tape = tape
+        retire_current()
+        return None
+    hold[2] = calls + 1
+    if calls >= _HOLD_CALLS:
+        state.hold = None
+        state.tape = tape
+        tape.checked = 2 * tape.n
+        tape.cap = min(len(tape.rec), tape.checked)
+    return tape
+
+
+def _wait_outside(thread_id, timeout=10.0):
+    """Wait until the tapejit call thread ``thread_id`` is running now has returned (it may
+    be recording on a tape this thread is about to flush)."""
+    frames = sys._current_frames()
+    outer = _outermost(frames.get(thread_id))
+    del frames
+    if outer is None:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(5e-5)
+        f = sys._current_frames().get(thread_id)
+        while f is not None and f is not outer:
+            f = f.f_back
+        if f is None:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                "tapejit: a tensor recorded by another thread was read or used for backward "
+                "while that thread kept recording on the same tape; let the recording thread "
+                "finish its call (or read the value on it) first")
+
+
+def _outermost(f):
+    outer = None
+    while f is not None:
+        if f.f_code.co_filename.startswith(_PACKAGE):
+            outer = f
+        f = f.f_back
+    return outer
 
 
 def retire_current():
@@ -463,4 +799,6 @@ def retire_current():
     pool = state.pool
     pool.append(tape)
     if len(pool) > 2:
-        del pool[0]
+        evicted = pool.pop(0)
+        if evicted.views:
+            evicted.release_views()   # its arenas can be freed once no tensor refers to it
