@@ -424,6 +424,8 @@ def _leaf_gradients(tape, target_ids, found, accumulate, seed):
 
 def _deliver_leaf(leaf, g, target_ids, found, accumulate):
     """Hand a leaf its gradient ``g`` (possibly a view of an adjoint buffer: copied when kept)."""
+    if not leaf._rg:   # requires_grad_(False) or detach_() since it was recorded: as torch, no .grad
+        return
     hooks = getattr(leaf, "_hooks", None)
     if hooks:
         g = _run_hooks(hooks, g.copy())

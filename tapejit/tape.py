@@ -331,18 +331,20 @@ class Tape:
         """Compute again, into their slots, the values chunked runs kept in cache only: a
         tensor's value is about to be read, or a new record reads one."""
         runs, _ = self.unkept
-        self.unkept = None
         sw = sweeps(self.groups)
         for start, end, d in runs:
             sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d])
+        self.unkept = None   # after: another thread may be reading (``value``)
 
     def value(self, t):
         """The (flushed) value of taped tensor ``t`` as a view into the arena."""
         d = t._dtype.arena
         if self.broken is not None:
             self.check_computed(t)
-        if self.unkept is not None and (d, t._off) in self.unkept[1]:
-            self.keep_values()
+        if self.unkept is not None:
+            with self.lock:
+                if self.unkept is not None and (d, t._off) in self.unkept[1]:
+                    self.keep_values()
         return self.vals[d][t._off:t._off + t._numel].reshape(t._shape)
 
     def check_computed(self, t):
@@ -423,7 +425,6 @@ class Tape:
                     self._ensure_arena(d, cursor[d])
             except MemoryError:
                 hi = self._drop_unallocatable(lo, hi)   # raises once the tape is consistent
-        self.nrec = hi
         self._producers = None
         try:
             if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
@@ -431,10 +432,11 @@ class Tape:
             self._run_forward(lo, hi)
         except BaseException:
             # Nothing half-computed may pass for a value: the records run again next time.
-            self.nrec = lo
             if self is state.tape:   # later operations must not wait on these records
                 retire_current()
             raise
+        # Only now: another thread that sees ``nrec == n`` reads the values without the lock.
+        self.nrec = hi
 
     def _drop_unallocatable(self, lo, hi):
         """The values of records ``lo .. hi`` do not fit in memory.  Drop the record with the
