@@ -153,6 +153,15 @@ def _gone():
     return None
 
 
+class _Member(weakref.ref):
+    """A weak reference to a tensor sharing a value: ``shares``, the version counter too."""
+    __slots__ = ("key", "shared", "shares")
+
+
+def _member_gone(member):
+    member.shared.leave(member.key)
+
+
 class _Shared:
     """A tensor's value and the aliases that share it (``detach()``, ``.data``, ``detach_()``).
 
@@ -166,30 +175,35 @@ class _Shared:
     __slots__ = ("base", "members", "slot", "keep")
 
     def __init__(self, base, keep=None):
-        self.base = weakref.ref(base)
         self.members = {}
         self.slot = None
         self.keep = keep    # detach_(): the recorded twin standing for the tensor's old self
-        self.note_slot()
+        self.base = self.join(base, True)
+        if base._tape is not None:
+            self.note_slot()
 
-    def join(self, t, versioned):
+    def join(self, t, shares):
         key = id(t)
-        self.members[key] = (weakref.ref(t, lambda _, key=key, shared=self: shared.leave(key)), versioned)
+        member = _Member(t, _member_gone)
+        member.key = key
+        member.shared = self
+        member.shares = shares
+        self.members[key] = member
         _shared[key] = self
+        return member
 
     def leave(self, key):
-        self.members.pop(key, None)
+        member = self.members.pop(key, None)
         if _shared.get(key) is self:
             del _shared[key]
-        base = self.base()
-        if base is not None and id(base) == key:   # the base took another array or value
+        if member is not None and member is self.base:   # gone, or took another array
             self.base = _gone
-            base = None
-        if not self.members or (len(self.members) == 1 and base is not None and id(base) in self.members):
-            for other in list(self.members):
+        members = self.members
+        if len(members) <= 1 and (not members or self.base is not _gone):
+            for other in list(members):   # no alias left: nothing to share
                 if _shared.get(other) is self:
                     del _shared[other]
-            self.members.clear()
+            members.clear()
 
     def note_slot(self):
         base = self.base()
@@ -213,10 +227,10 @@ class _Shared:
         return tape, arena, off, numel, shape
 
     def alive(self):
-        for ref, versioned in list(self.members.values()):
-            t = ref()
+        for member in list(self.members.values()):
+            t = member()
             if t is not None:
-                yield t, versioned
+                yield t, member.shares
 
     def repoint(self, tape, arena, off, numel, shape):
         """Every alias views the slot's current memory (after growth, or a copy handed out)."""
@@ -225,13 +239,14 @@ class _Shared:
         for t, _ in self.alive():
             if t._tape is None:
                 t._data = view
-                tape.note_view(t)
+        tape.views = True
         return view
 
     def before_write(self, t, old, recording, before):
         """``t``'s array is about to be written in place (``note_leaf_write`` has bumped its
         own version and marked its own loads)."""
-        versioned = self.members.get(id(t), (None, False))[1]
+        member = self.members.get(id(t))
+        versioned = member is not None and member.shares
         slot = self.live_slot()
         if slot is not None:
             tape = slot[0]
@@ -307,16 +322,32 @@ def share_value(alias, source, versioned, keep=None):
     shared = _shared.get(id(source))
     if shared is None or keep is not None:
         shared = _Shared(keep if keep is not None else source, keep)
-        shared.join(keep if keep is not None else source, True)
     else:
-        versioned = versioned and shared.members.get(id(source), (None, False))[1]
+        member = shared.members.get(id(source))
+        versioned = versioned and member is not None and member.shares
     shared.join(alias, versioned)
     if versioned:
         alias._version = getattr(source, "_version", 0)
-    slot = shared.live_slot()
-    if slot is not None:   # a view of an arena: the tape gives it a copy before reusing it
-        slot[0].note_view(alias)
+    if source._tape is not None:   # a view of its arena: see Tape.release_views
+        source._tape.views = True
     return alias
+
+
+def release_views(tape):
+    """Tensors sharing a value recorded on ``tape`` get a copy of their view of its arenas
+    (one per shared value), so the arenas can be reused or freed.  Their writes go to the
+    slot again while the tape still holds that value (``_Shared.before_write``)."""
+    arenas = [id(v) for v in tape.vals]
+    for shared in {id(s): s for s in _shared.values()}.values():
+        copy = None
+        for t, _ in shared.alive():
+            if t._tape is not None:
+                continue
+            base = t._data.base
+            if base is not None and id(base) in arenas:
+                if copy is None:
+                    copy = t._data.copy()
+                t._data = copy
 
 
 def leave_shared(t):

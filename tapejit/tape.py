@@ -37,7 +37,6 @@ import struct
 import sys
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -151,8 +150,8 @@ class Tape:
         # Leaves whose array changed through ``.data`` after they were loaded: their load
         # slots take the new value before the next backward (as torch's saved tensors do).
         self.stale = None
-        # Weak references to tensors whose array is a view of this tape's arenas (detach(),
-        # .data of a recorded tensor): they get copies before the arenas are reused or freed.
+        # Set when a tensor's array became a view of this tape's arenas (detach(), .data of a
+        # recorded tensor): they get copies before the arenas are reused or freed.
         self.views = None
         self.checked = _FIRST_CHECK   # record count of the next growth check (grow)
         self.cap = min(len(self.rec), _FIRST_CHECK)
@@ -353,40 +352,12 @@ class Tape:
         if self.broken is not None and t._off >= self.broken[0][t._dtype.arena]:
             raise MemoryError(self.broken[1])
 
-    def note_view(self, t):
-        """``t`` (a concrete tensor) holds a view of this tape's arena: see release_views."""
-        views = self.views
-        if views is None:
-            views = self.views = []
-        elif len(views) >= 64 and (len(views) & (len(views) - 1)) == 0:
-            views[:] = [r for r in views if r() is not None]
-        views.append(weakref.ref(t))
-
     def release_views(self):
-        """Give every tensor that still views this tape's arenas a copy of its value, so the
-        arenas can be reused (the tape is rewound) or freed.  Tensors that shared one view
-        (a tensor's detached aliases) share one copy."""
-        views = self.views
+        """Give every tensor that still views this tape's arenas (a detached value) a copy,
+        so the arenas can be reused (the tape is rewound) or freed."""
         self.views = None
-        if not views:
-            return
-        arenas = [id(v) for v in self.vals]
-        copies = {}
-        for ref in views:
-            t = ref()
-            if t is None or t._tape is not None:
-                continue
-            data = t._data
-            base = data.base
-            if base is None or id(base) not in arenas:
-                continue
-            key = (id(base), data.__array_interface__["data"][0], data.shape, data.dtype.str)
-            copy = copies.get(key)
-            if copy is None:
-                copy = copies[key] = data.copy()
-            t._data = copy
-
-    # ---- flush: pending lists -> columns, then the compiled forward ----------------------
+        from tapejit.inplace import release_views
+        release_views(self)
 
     def flush(self):
         if self.n == self.nrec:
@@ -545,8 +516,8 @@ _LOAD = []   # (opcode * 2, group bit) of the load op, filled on first use (ops 
 def _no_memory(what, elements, d):
     itemsize = np.dtype(_ARENA_DTYPES[d]).itemsize
     return (f"not enough memory for {what}: {elements:,} {_ARENA_DTYPES[d].__name__} values "
-            f"({elements * itemsize:,} bytes).  Tensors computed from it have no value; later "
-            f"operations record on a new tape.")
+            f"({elements * itemsize:,} bytes).  It and the ops recorded after it were dropped "
+            f"(reading their results raises this error); later ops record on a new tape.")
 
 
 def _load_op():

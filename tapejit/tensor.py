@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.inplace import share_value
 from tapejit.shapes import wrap_dim
 from tapejit.tape import due_by_size, state as _state
 
@@ -104,7 +105,14 @@ class Tensor:
         if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
             from tapejit.replay.trace import refuse_read
             refuse_read()
-        tape.flush()
+        try:
+            tape.flush()
+        except MemoryError:
+            # An op recorded after this tensor could not get memory and was dropped (see
+            # Tape._drop_unallocatable): this tensor's value can still be computed.
+            if tape.broken is None or self._off >= tape.broken[0][self._dtype.arena]:
+                raise
+            tape.flush()
         return tape.value(self)
 
     def _read(self):
@@ -221,7 +229,6 @@ class Tensor:
     def data(self):
         """The value without history, sharing memory but not the version counter (as
         ``torch``'s ``.data``): an in-place change through it is seen by the graph."""
-        from tapejit.inplace import share_value
         return share_value(_concrete(self._value()), self, False)
 
     @data.setter
@@ -349,7 +356,6 @@ class Tensor:
         tape = self._tape
         if tape is not None and tape.tracing:   # tj.compile: the slot itself, recomputed by replays
             return _taped(tape, self._off, self._shape, self._numel, self._dtype, False)
-        from tapejit.inplace import share_value
         return share_value(_concrete(self._value()), self, True)
 
     def detach_(self):

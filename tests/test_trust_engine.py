@@ -514,9 +514,11 @@ _OOM_SCRIPT = textwrap.dedent('''
     limit = vm_bytes() + 1_500_000_000
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    a = x * 5                           # recorded before the failing op: keeps its value
+    a = x * 5                           # recorded before the failing op: keep their values
+    b = x * 6
     y = x.reshape(2, 1).expand(2, 10 ** 10) * 2
     c = x * 7                           # recorded after it: dropped with it
+    print("B", b.tolist())              # the first read meets the failure, and gets its value
     try:
         y.sum().item()
         print("NO ERROR")
@@ -553,9 +555,10 @@ def test_memory_error_names_the_op_and_leaves_the_tape_usable():
                           timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("ERROR not enough memory for the result of expand (ExpandBackward0): "
-                               "20,000,000,000 float32 values"), lines
-    assert lines[1:] == ["A [5.0, 5.0]", "DROPPED", "DROPPED", "Z 6.0 [9.0, 9.0]",
+    assert lines[0] == "B [6.0, 6.0]", lines
+    assert lines[1].startswith("ERROR not enough memory for the result of expand (ExpandBackward0): "
+                               "20,000,000,000 float32 values (80,000,000,000 bytes)"), lines
+    assert lines[2:] == ["A [5.0, 5.0]", "DROPPED", "DROPPED", "Z 6.0 [9.0, 9.0]",
                          "ZEROS MemoryError", "W 2.0 [11.0, 11.0]"], lines
 
 
