@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 from tapejit import _numba_load, chunked, registry
+from tapejit._jit import sweep
 
 _ARENA_DTYPES = (np.float64, np.float32)
 # Writes one record's six fields straight into the record column: no Python objects are
@@ -679,30 +680,50 @@ def _next_check(tape):
 
 
 def _independent_halves(tape):
-    """Whether no record of the newer half of ``tape`` reads a result of the older half
-    (loads aside): iterations of a loop that do not depend on one another, not one long
+    """Whether the newest records of ``tape`` depend on none of its first quarter (loads
+    aside): iterations of a loop that do not depend on one another, not one long
     computation whose last result needs every record.  This only decides whether retiring
     the tape is worth it (retiring is always correct), so operands listed in ``ints``
-    (cat, stack) are not looked at."""
+    (cat, stack) are not followed."""
     n = tape.n
-    half = n // 2
     rec = tape.rec[:n]
+    arena = rec[:, 0] & 1
+    rows0 = np.flatnonzero(arena == 0)
+    rows1 = np.flatnonzero(arena == 1)
     load_op = (_LOAD or _load_op())[0] >> 1
-    cast_op = registry.BY_NAME["cast"].opcode
-    older = rec[:half]
-    made = older[(older[:, 0] >> 1) != load_op]
-    made_keys = made[:, 1] * 2 + (made[:, 0] & 1)
-    newer = rec[half:]
-    arena = newer[:, 0] & 1
-    for col in (2, 3):
-        field = newer[:, col]
-        used = field != -1
-        slot = np.where(field < 0, ~field, field)
-        operand_arena = arena ^ ((col == 2) & ((newer[:, 0] >> 1) == cast_op))
-        keys = (slot * 2 + operand_arena)[used]
-        if np.isin(keys, made_keys).any():
-            return False
-    return True
+    earliest = _earliest_reached(rec, n, min(8, n), load_op, registry.BY_NAME["cast"].opcode,
+                                 rows0, rec[rows0, 1], rows1, rec[rows1, 1])
+    return earliest >= n // 4
+
+
+@sweep
+def _earliest_reached(rec, n, seeds, load_op, cast_op, rows0, outs0, rows1, outs1):
+    """The first record (loads aside) that the last ``seeds`` records depend on.  Records
+    of one arena have increasing result offsets, so a slot's producer is a binary search."""
+    marked = np.zeros(n, np.uint8)
+    marked[n - seeds:] = 1
+    earliest = n
+    for r in range(n - 1, -1, -1):
+        if marked[r] == 0:
+            continue
+        code = rec[r, 0]
+        op = code >> 1
+        if op == load_op:
+            continue
+        earliest = r
+        d = code & 1
+        for k in range(2):
+            field = rec[r, 2 + k]
+            if field == -1:
+                continue
+            slot = field if field >= 0 else ~field
+            arena = 1 - d if (k == 0 and op == cast_op) else d
+            outs = outs0 if arena == 0 else outs1
+            rows = rows0 if arena == 0 else rows1
+            i = np.searchsorted(outs, slot, "right") - 1
+            if i >= 0 and outs[i] == slot:
+                marked[rows[i]] = 1
+    return earliest
 
 
 def _held():
