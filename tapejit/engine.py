@@ -118,9 +118,45 @@ def _backward_scalar(root, leaves=None):
     tensors), returns their gradients (None where unused) and leaves ``.grad`` alone, as
     ``autograd.grad`` does."""
     tape = root._tape
-    tape.flush()
-    with tape.lock:
-        older, found = _sweep_scalar(tape, root, leaves)
+    with tape.lock:   # another thread may be running backward through this tape (engine doc)
+        tape.flush()
+        if tape.broken is not None:
+            tape.check_computed(root)
+        if tape.stale is not None:
+            _refresh_stale(tape)
+        tape.ensure_adjoints()
+        d = root._dtype.arena
+        off = root._off
+        flags, adj = tape.flags[d], tape.adj[d]
+        if flags[off]:
+            adj[off] += 1.0
+        else:
+            adj[off] = 1.0
+            flags[off] = 1
+        sw = sweeps(tape.groups)
+        try:
+            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
+        except BaseException:
+            flags[:] = 0
+            raise
+        older = []
+        sources = tape.sources
+        wanted = None if leaves is None else {id(t): i for i, t in enumerate(leaves)}
+        found = None if leaves is None else [None] * len(leaves)
+        for index, _, loff in tape.grad_loads:
+            if not flags[loff]:
+                continue
+            flags[loff] = 0
+            src = sources[index]
+            g = adj[loff:loff + src._numel]
+            if src._tape is not None:
+                older.append((src, g.copy()))
+            elif wanted is not None:
+                i = wanted.get(id(src))
+                if i is not None:
+                    found[i] = g.reshape(src._shape).copy()
+            else:
+                _deliver_leaf(src, g.reshape(src._shape), None, None, True)
     if tape is state.tape:
         retire_current()
     if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
@@ -129,50 +165,6 @@ def _backward_scalar(root, leaves=None):
             if g is not None:
                 found[i] = g if found[i] is None else found[i] + g
     return found
-
-
-def _sweep_scalar(tape, root, leaves):
-    """``_backward_scalar``'s work on the tape, under its lock: ``(gradients for older
-    tapes, gradients of ``leaves`` or None)``."""
-    tape.flush()
-    if tape.broken is not None:
-        tape.check_computed(root)
-    if tape.stale is not None:
-        _refresh_stale(tape)
-    tape.ensure_adjoints()
-    d = root._dtype.arena
-    off = root._off
-    flags, adj = tape.flags[d], tape.adj[d]
-    if flags[off]:
-        adj[off] += 1.0
-    else:
-        adj[off] = 1.0
-        flags[off] = 1
-    sw = sweeps(tape.groups)
-    try:
-        _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
-    except BaseException:
-        flags[:] = 0
-        raise
-    older = []
-    sources = tape.sources
-    wanted = None if leaves is None else {id(t): i for i, t in enumerate(leaves)}
-    found = None if leaves is None else [None] * len(leaves)
-    for index, _, loff in tape.grad_loads:
-        if not flags[loff]:
-            continue
-        flags[loff] = 0
-        src = sources[index]
-        g = adj[loff:loff + src._numel]
-        if src._tape is not None:
-            older.append((src, g.copy()))
-        elif wanted is not None:
-            i = wanted.get(id(src))
-            if i is not None:
-                found[i] = g.reshape(src._shape).copy()
-        else:
-            _deliver_leaf(src, g.reshape(src._shape), None, None, True)
-    return older, found
 
 
 def _refresh_stale(tape):

@@ -133,8 +133,8 @@ def note_leaf_write(t, before=None):
     old = getattr(t, "_version", 0)
     t._version = old + 1
     tape = state.tape
-    if tape is None:
-        tape = recording_tape()
+    if tape is None and state.hold is not None:
+        tape = state.hold[0]
     if tape is not None:
         _poison_loads(tape, t, old, before)
     if _shared:

@@ -461,12 +461,16 @@ class Tape:
         operations go to a new tape, and this waits for the one it may be recording now:
         two threads never change one tape at once."""
         home = self.home
+        taken = False
         if home.get("tape") is self:
             home["tape"] = None
+            taken = True
         hold = home.get("hold")
         if hold is not None and hold[0] is self:
             home["hold"] = None
-        _wait_outside(self.thread)
+            taken = True
+        if taken:   # else the owner records elsewhere, and flushes this tape under its lock
+            _wait_outside(self.thread)
 
     def _run_forward(self, lo, hi):
         sw = sweeps(self.groups)
@@ -594,17 +598,15 @@ def _fresh_tape():
         # the pool's, this frame's and getrefcount's own references.
         if sys.getrefcount(old) > 3:
             continue
-        if old.views and not _arenas_free(old):
+        free = sys.getrefcount(old.vals[0]) <= 2 and sys.getrefcount(old.vals[1]) <= 2
+        if not free and old.views:
             old.release_views()   # detached tensors still viewing the arenas get copies
-        if _arenas_free(old):
+            free = sys.getrefcount(old.vals[0]) <= 2 and sys.getrefcount(old.vals[1]) <= 2
+        if free:
             del pool[i]
             old.reset()
             return old
     return Tape()
-
-
-def _arenas_free(tape):
-    return sys.getrefcount(tape.vals[0]) <= 2 and sys.getrefcount(tape.vals[1]) <= 2
 
 
 def retire_if_due(tape, own_refs):
@@ -632,8 +634,8 @@ _RETIRE_RECORDS = 4096
 # Records of a (re)started tape at which growth is first checked (for large values).
 _FIRST_CHECK = 64
 # References to a tape held by the frames of an op being recorded when it grows (the
-# record functions' locals, grow's ``self``, the thread state, getrefcount's argument):
-# an estimate, the test below leaves a margin of 64 tensors per 4,096 records.
+# record functions' locals, grow's ``self``, the thread state, getrefcount's argument).
+# An estimate: the test it serves allows one live tensor per 64 records.
 _GROWTH_OWN_REFS = 8
 # Operations recorded on a held tape before the hold is given up (see _held).
 _HOLD_CALLS = 256
@@ -645,13 +647,14 @@ def due_by_size(tape):
 
 
 def _note_growth(tape):
-    """The record column or an arena of ``tape`` has just grown (a rare event: sizes
-    double).  If few tensors still refer to it, nothing reads most of its records any more
-    (a loop of forward passes whose results are never read, which would otherwise grow
-    without bound): retire it.  Not at once: an op is being recorded, and ops keep offsets
-    and ``ints`` indices of this tape in their locals.  So the tape is held (``state.hold``)
-    until the outermost tapejit call now running (a module's forward, an operator) has
-    returned; operations recorded meanwhile still go to it (``current()``, ``_held``)."""
+    """A check point of ``tape`` (``grow``: every few thousand records) or an arena's
+    growth: rare events.  If few tensors still refer to it and its newest records do not
+    depend on its old ones, nothing reads most of its records any more (a loop of forward
+    passes whose results are never read, which would otherwise grow without bound): retire
+    it.  Not at once: an op is being recorded, and ops keep offsets and ``ints`` indices of
+    this tape in their locals.  So the tape is held (``state.hold``) until the outermost
+    tapejit call now running (a module's forward, an operator) has returned; operations
+    recorded meanwhile still go to it (``current()``, ``_held``)."""
     if tape is not state.tape or tape.tracing or state.hold is not None:
         return
     n = tape.n
