@@ -108,9 +108,11 @@ class Tape:
         # Held across a flush and a whole backward pass: another thread may read this tape's
         # values or run backward through it (reentrant: hooks and reads happen inside).
         self.lock = threading.RLock()
-        # The owner thread's state (its thread-local dict): another thread that must flush
-        # this tape first takes it from the owner (_take_from_owner).
-        self.home = state.__dict__
+        # While this is a thread's current (or held) tape, that thread's state (its
+        # thread-local dict): another thread that must flush it first takes it from its
+        # owner (_take_from_owner).  Cleared on retirement, so that a finished thread's
+        # state and tapes are freed by reference counting, not by a GC cycle.
+        self.home = None
         self.use_records(np.zeros((256, 6), np.int64))
         self.ints = np.zeros(256, np.int64)
         self.floats = [np.zeros(256, np.float64), np.zeros(256, np.float32)]
@@ -447,6 +449,7 @@ class Tape:
         hold = state.hold
         if hold is not None and hold[0] is self:
             state.hold = None
+        self.home = None
         try:
             for a in (0, 1):
                 self._ensure_arena(a, ends[a])
@@ -461,6 +464,8 @@ class Tape:
         operations go to a new tape, and this waits for the one it may be recording now:
         two threads never change one tape at once."""
         home = self.home
+        if home is None:
+            return
         taken = False
         if home.get("tape") is self:
             home["tape"] = None
@@ -470,6 +475,7 @@ class Tape:
             home["hold"] = None
             taken = True
         if taken:   # else the owner records elsewhere, and flushes this tape under its lock
+            self.home = None
             _wait_outside(self.thread)
 
     def _run_forward(self, lo, hi):
@@ -577,6 +583,7 @@ def current():
             if tape is not None:
                 return tape
         tape = _fresh_tape()
+        tape.home = state.__dict__
         state.tape = tape
     return tape
 
@@ -737,7 +744,12 @@ def _held():
     hold = state.hold
     tape, outer, calls = hold
     if tape.lock._is_owned():
-        return None   # a custom Function's backward: ops there never record on the swept tape
+        # Backward is sweeping it (ops in a hook or a custom Function's backward): those
+        # never record on the swept tape.  Backward is not called half-way through an op,
+        # so the hold ends here and the tape is left to its tensors.
+        state.hold = None
+        tape.home = None
+        return None
     f = sys._getframe(2)
     while f is not None and f is not outer:
         f = f.f_back
@@ -793,6 +805,7 @@ def retire_current():
     if tape is None or tape.tracing:
         return
     state.tape = None
+    tape.home = None
     pool = state.pool
     pool.append(tape)
     if len(pool) > 2:
