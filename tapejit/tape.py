@@ -190,8 +190,12 @@ class Tape:
         n = self.n
         if n >= len(self.rec):
             size = 2 * len(self.rec)
-            rec = _grown(self.rec, size, n)
-            freed = np.zeros(size, np.uint8)
+            try:
+                rec = _grown(self.rec, size, n)
+                freed = np.zeros(size, np.uint8)
+            except MemoryError:
+                self._abandon()
+                raise
             freed[:n] = self.freed[:n]
             self.use_records(rec)
             self.freed = freed
@@ -269,6 +273,7 @@ class Tape:
                 self._ensure_arena(d, end)
             except MemoryError:
                 cursor[d] = off
+                self._abandon()
                 raise MemoryError(_no_memory(f"loading a tensor of {n:,} {_ARENA_DTYPES[d].__name__} "
                                              f"values", end - len(vals), d)) from None
             vals = self.vals[d]
@@ -458,6 +463,12 @@ class Tape:
                 self._drop_unallocatable(lo, r)
             raise
         raise MemoryError(message)
+
+    def _abandon(self):
+        """An op failed half-way through recording (no memory): records it made may remain,
+        so later ops record on a new tape; this one keeps serving the tensors it holds."""
+        if self is state.tape:
+            retire_current()
 
     def _take_from_owner(self):
         """This thread is about to flush a tape another thread records on.  The owner's next

@@ -540,6 +540,13 @@ _OOM_SCRIPT = textwrap.dedent('''
         print("NO ERROR")
     except MemoryError:
         print("ZEROS MemoryError")
+    big = tj.zeros(250_000_000)         # 1 GB: fits once, not twice
+    try:
+        (x[0] * big).sum()              # copying it onto the tape fails half-way through the op
+        print("NO ERROR")
+    except MemoryError as e:
+        print("LOAD", "loading a tensor of 250,000,000 float32 values" in str(e))
+    del big
     w = (x * x).sum()
     w.backward()
     print("W", w.item(), x.grad.tolist())
@@ -559,7 +566,7 @@ def test_memory_error_names_the_op_and_leaves_the_tape_usable():
     assert lines[1].startswith("ERROR not enough memory for the result of expand (ExpandBackward0): "
                                "20,000,000,000 float32 values (80,000,000,000 bytes)"), lines
     assert lines[2:] == ["A [5.0, 5.0]", "DROPPED", "DROPPED", "Z 6.0 [9.0, 9.0]",
-                         "ZEROS MemoryError", "W 2.0 [11.0, 11.0]"], lines
+                         "ZEROS MemoryError", "LOAD True", "W 2.0 [11.0, 11.0]"], lines
 
 
 # ---- detect_anomaly ---------------------------------------------------------------------
