@@ -17,7 +17,7 @@ import numpy as np
 
 from tapejit import chunked, registry
 from tapejit.ops.core import CAST
-from tapejit.tape import modes, sweeps, retire_current, retire_if_due, state
+from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
 _grad_lock = threading.Lock()
@@ -159,6 +159,8 @@ def _backward_scalar(root, leaves=None):
                 _deliver_leaf(src, g.reshape(src._shape), None, None, True)
     if tape is state.tape:
         retire_current()
+    elif state.opened:
+        forget_opened(tape)
     if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
         more = _run(older, False, leaves, leaves is None)
         for i, g in enumerate(more):
@@ -227,6 +229,8 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
     tape.flush()    # outside the lock: it may wait for the owner thread (Tape._take_from_owner)
     with tape.lock:
         _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
+    if not retain and state.opened:
+        forget_opened(tape)
 
 
 def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed):

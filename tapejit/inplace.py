@@ -137,6 +137,11 @@ def note_leaf_write(t, before=None):
         tape = state.hold[0]
     if tape is not None:
         _poison_loads(tape, t, old, before)
+    if state.opened:   # graphs on this thread's retired tapes that may still run backward
+        for ref, serial in state.opened:
+            other = ref()
+            if other is not None and other.serial == serial and other is not tape:
+                _poison_loads(other, t, old, None)
     if _shared:
         shared = _shared.get(id(t))
         if shared is not None:

@@ -37,6 +37,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -60,6 +61,8 @@ class _ThreadState(threading.local):
         # [tape, frame, calls]: a tape due for retirement while the call that was running when
         # it grew (``frame``, the outermost of tapejit's) has not returned (see _note_growth)
         self.hold = None
+        # [(weak reference, serial)]: tapes retired while their graph may still be used
+        self.opened = []
 
 
 state = _ThreadState()
@@ -412,7 +415,7 @@ class Tape:
         except BaseException:
             # Nothing half-computed may pass for a value: the records run again next time.
             if self is state.tape:   # later operations must not wait on these records
-                retire_current()
+                retire_current(open_graph=True)
             raise
         # Only now: another thread that sees ``nrec == n`` reads the values without the lock.
         self.nrec = hi
@@ -468,7 +471,7 @@ class Tape:
         """An op failed half-way through recording (no memory): records it made may remain,
         so later ops record on a new tape; this one keeps serving the tensors it holds."""
         if self is state.tape:
-            retire_current()
+            retire_current(open_graph=True)
 
     def _take_from_owner(self):
         """This thread is about to flush a tape another thread records on.  The owner's next
@@ -642,7 +645,7 @@ def retire_if_due(tape, own_refs):
         return
     refs = sys.getrefcount(tape) - own_refs
     if (tape.n > 64 and refs * 64 < tape.n) or (due_by_size(tape) and refs < 16):
-        retire_current()
+        retire_current(open_graph=True)
 
 
 # Elements of value arena (32 MB of float64) past which a tape used by few tensors retires.
@@ -767,7 +770,7 @@ def _held():
     if f is None:
         state.hold = None
         state.tape = tape
-        retire_current()
+        retire_current(open_graph=True)
         return None
     hold[2] = calls + 1
     if calls >= _HOLD_CALLS:
@@ -810,13 +813,26 @@ def _outermost(f):
     return outer
 
 
-def retire_current():
-    """Called after a backward that freed the graph: later ops start on a fresh tape."""
+def forget_opened(tape):
+    """A backward without retain_graph freed ``tape``'s graph: in-place changes need not
+    mark its records any more."""
+    state.opened[:] = [e for e in state.opened if e[0]() is not tape]
+
+
+def retire_current(open_graph=False):
+    """Later ops start on a fresh tape: called after a backward that freed the graph, or
+    with ``open_graph`` when the tape's graph may still be used (retired for its size, or
+    with retain_graph): in-place changes of leaves then still mark its records
+    (``inplace.note_leaf_write`` looks at ``state.opened``)."""
     tape = state.tape
     if tape is None or tape.tracing:
         return
     state.tape = None
     tape.home = None
+    if open_graph:
+        opened = state.opened
+        opened[:] = [e for e in opened if e[0]() is not None and e[0]().serial == e[1]]
+        opened.append((weakref.ref(tape), tape.serial))
     pool = state.pool
     pool.append(tape)
     if len(pool) > 2:

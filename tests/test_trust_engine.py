@@ -299,6 +299,21 @@ def test_alias_cases_state_torchs_outcome(case, expected):
     _check_outcome(_outcome(torch, case), expected, case.__name__ + " (torch)")
 
 
+def test_leaf_changed_after_its_tape_was_retired_still_raises():
+    # Reading the loss retires a tape few tensors refer to; the graph is still usable
+    # (retain_graph).  An optimizer step then changes the weights it saved: torch raises at
+    # the second backward, tapejit computed it from the old weights.
+    tj.manual_seed(0)
+    model = tj.nn.Sequential(*[tj.nn.Linear(8, 8) for _ in range(30)])
+    opt = tj.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(tj.ones(4, 8)).pow(2).sum()
+    assert loss.item() > 0
+    loss.backward(retain_graph=True)
+    opt.step()
+    with pytest.raises(RuntimeError, match=INPLACE_ERROR):
+        loss.backward()
+
+
 def test_alias_write_into_a_value_only_tapejits_rule_reads_raises():
     # tapejit's backward of ``c / x`` reads its result; torch's reads x.  Changing the result
     # through an alias would silently change tapejit's gradient, so that backward raises
