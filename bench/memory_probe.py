@@ -22,15 +22,30 @@ and ``workload_mb`` the peak's growth after it: the workload without first-use c
 
 B also samples the current RSS after 10 % of its steps and at the end: ``rss_growth_mb``
 is the growth in between, which should be about 0 (SPEC: no growth over many steps).
+
+The loop workloads run workload B's tiny MLP (2-16-16-1) for ``LOOP_STEPS`` (100,000)
+steps after ``LOOP_WARMUP`` (10,000) and report the current RSS's growth over them
+(``rss_growth_mb``; the issue's target: under 5 MB):
+
+* ``forward``: ``model(x)`` whose result nothing reads (tapejit used to keep every
+  pending record: 100 -> 550 MB over 50,000 calls);
+* ``eager``: the training step (zero_grad, forward, loss, backward, SGD step);
+* ``replay``: the same step under ``tj.compile`` (tapejit only).
+
+    python bench/memory_probe.py tapejit forward
 """
 import json
 import os
 import resource
 import sys
+import time
 
 A_OPS = 10_000
 A_ITERATIONS = 3
 B_STEPS = 300
+LOOP_STEPS = int(os.environ.get("TAPEJIT_LOOP_STEPS", 100_000))
+LOOP_WARMUP = LOOP_STEPS // 10
+LOOPS = ("forward", "eager", "replay")
 
 
 def max_rss_mb():
@@ -83,6 +98,30 @@ def main(name, workload):
                 early = current_rss_mb()
         result["rss_growth_mb"] = round(current_rss_mb() - early, 2)
         result["steps"] = B_STEPS
+        peak = max_rss_mb()
+    elif workload in LOOPS:
+        spec = W.TINY_MLP
+        if workload == "replay":
+            trainer = W.ReplayMLP(lib, spec, W.mlp_init(spec), *W.mlp_batch(spec))
+        else:
+            trainer = W.mlp_trainer(lib, spec)
+        if workload == "forward":
+            model, x = trainer.model, trainer.x
+
+            def step():
+                model(x)
+        else:
+            step = trainer.step
+        after_check = max_rss_mb()
+        for _ in range(LOOP_WARMUP):
+            step()
+        early = current_rss_mb()
+        t0 = time.perf_counter()
+        for _ in range(LOOP_STEPS):
+            step()
+        result["seconds"] = round(time.perf_counter() - t0, 2)
+        result["rss_growth_mb"] = round(current_rss_mb() - early, 2)
+        result["steps"] = LOOP_STEPS
         peak = max_rss_mb()
     else:
         raise SystemExit(f"unknown workload {workload!r}")

@@ -1,6 +1,10 @@
 """The backward engine: seeds adjoints, runs the compiled sweep in as few segments as
 possible, and hands gradients to leaves, hooks and ``autograd.grad`` callers.
 
+Several threads may run backward through one graph at once (torch allows it): a tape's
+adjoint and flag buffers are shared, so each tape's lock is held from its flush to the
+hand-off of its leaves' gradients, and leaves accumulate ``.grad`` under ``_grad_lock``.
+
 The compiled sweep covers every record; Python runs only between segments: at a cast
 between dtype arenas, at a tensor with hooks or ``retain_grad``, at a non-leaf input of
 ``autograd.grad``.  A graph can span tapes (a tensor from a finished tape used on the
@@ -13,7 +17,7 @@ import numpy as np
 
 from tapejit import chunked, registry
 from tapejit.ops.core import CAST
-from tapejit.tape import sweeps, retire_current, retire_if_due, state
+from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
 _grad_lock = threading.Lock()
@@ -104,7 +108,7 @@ def _plain_scalar_root(root):
     tape = root._tape
     return (tape is not None and (tape is state.tape or tape.thread == threading.get_ident())
             and root._rg and root._numel == 1
-            and not (tape.hooks or tape.retained or tape.functions or state.anomaly)
+            and not (tape.hooks or tape.retained or tape.functions or modes.anomaly)
             and not (tape.cursor[0] and tape.cursor[1]))
 
 
@@ -114,48 +118,67 @@ def _backward_scalar(root, leaves=None):
     tensors), returns their gradients (None where unused) and leaves ``.grad`` alone, as
     ``autograd.grad`` does."""
     tape = root._tape
-    tape.flush()
-    tape.ensure_adjoints()
-    d = root._dtype.arena
-    off = root._off
-    flags, adj = tape.flags[d], tape.adj[d]
-    if flags[off]:
-        adj[off] += 1.0
-    else:
-        adj[off] = 1.0
-        flags[off] = 1
-    sw = sweeps(tape.groups)
-    try:
-        _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
-    except BaseException:
-        flags[:] = 0
-        raise
-    older = []
-    sources = tape.sources
-    wanted = None if leaves is None else {id(t): i for i, t in enumerate(leaves)}
-    found = None if leaves is None else [None] * len(leaves)
-    for index, _, loff in tape.grad_loads:
-        if not flags[loff]:
-            continue
-        flags[loff] = 0
-        src = sources[index]
-        g = adj[loff:loff + src._numel]
-        if src._tape is not None:
-            older.append((src, g.copy()))
-        elif wanted is not None:
-            i = wanted.get(id(src))
-            if i is not None:
-                found[i] = g.reshape(src._shape).copy()
+    with tape.lock:   # another thread may be running backward through this tape (engine doc)
+        tape.flush()
+        if tape.broken is not None:
+            tape.check_computed(root)
+        if tape.stale is not None:
+            _refresh_stale(tape)
+        tape.ensure_adjoints()
+        d = root._dtype.arena
+        off = root._off
+        flags, adj = tape.flags[d], tape.adj[d]
+        if flags[off]:
+            adj[off] += 1.0
         else:
-            _deliver_leaf(src, g.reshape(src._shape), None, None, True)
+            adj[off] = 1.0
+            flags[off] = 1
+        sw = sweeps(tape.groups)
+        try:
+            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
+        except BaseException:
+            flags[:] = 0
+            raise
+        older = []
+        sources = tape.sources
+        wanted = None if leaves is None else {id(t): i for i, t in enumerate(leaves)}
+        found = None if leaves is None else [None] * len(leaves)
+        for index, _, loff in tape.grad_loads:
+            if not flags[loff]:
+                continue
+            flags[loff] = 0
+            src = sources[index]
+            g = adj[loff:loff + src._numel]
+            if src._tape is not None:
+                older.append((src, g.copy()))
+            elif wanted is not None:
+                i = wanted.get(id(src))
+                if i is not None:
+                    found[i] = g.reshape(src._shape).copy()
+            else:
+                _deliver_leaf(src, g.reshape(src._shape), None, None, True)
     if tape is state.tape:
         retire_current()
+    elif state.opened:
+        forget_opened(tape)
     if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
         more = _run(older, False, leaves, leaves is None)
         for i, g in enumerate(more):
             if g is not None:
                 found[i] = g if found[i] is None else found[i] + g
     return found
+
+
+def _refresh_stale(tape):
+    """Leaves changed through ``.data`` since they were loaded: torch's saved tensors share
+    their memory, so backward reads the new values; so do the load slots, from now on."""
+    stale = tape.stale
+    tape.stale = None
+    for t in stale:
+        for d in (0, 1):
+            for off, _, source in tape.loads_of.get((id(t), d), ()):
+                if source is t and t._tape is None:
+                    tape.vals[d][off:off + t._numel] = t._data.reshape(-1)
 
 
 class _Work:
@@ -203,7 +226,20 @@ def _run(seeds, retain, targets, accumulate):
 
 def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
     tape = w.tape
+    tape.flush()    # outside the lock: it may wait for the owner thread (Tape._take_from_owner)
+    with tape.lock:
+        _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
+    if not retain and state.opened:
+        forget_opened(tape)
+
+
+def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed):
     tape.flush()
+    if tape.broken is not None:
+        for t, _ in w.seeds:
+            tape.check_computed(t)
+    if tape.stale is not None:
+        _refresh_stale(tape)
     tape.ensure_adjoints()
     for t, g in w.seeds:
         d = t._dtype.arena
@@ -216,19 +252,15 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
             flags[off] = 1
     stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
     sw = sweeps(tape.groups)
-    anomaly = state.anomaly
+    anomaly = {} if modes.anomaly else None   # slot sizes per arena, for _check_nan
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
         _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain)
         for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
                 _cast_backward(tape, start, retain)
-            elif anomaly:
-                for r in range(end - 1, start - 1, -1):
-                    _check(tape, sw.backward(tape.rec, r, r + 1, tape.vals[kind], tape.adj[kind],
-                                             tape.flags[kind], tape.freed, tape.ints,
-                                             tape.floats[kind], retain))
-                    _check_nan(tape, r, kind)
+            elif anomaly is not None:
+                _sweep_checking_nan(tape, sw, start, end, kind, retain, anomaly)
             else:
                 _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
@@ -251,13 +283,30 @@ def _check(tape, r):
     raise RuntimeError(FREED)
 
 
-def _check_nan(tape, r, d):
+def _sweep_checking_nan(tape, sw, start, end, d, retain, sizes):
+    """``detect_anomaly``: the records one at a time, each followed by a NaN check of the
+    gradients it wrote.  Only records that ran (their result had a gradient) are checked:
+    an adjoint slot this pass did not write still holds an earlier pass's values, NaN
+    included (a pass stopped by this very error leaves them)."""
+    rec = tape.rec
+    flags = tape.flags[d]
+    for r in range(end - 1, start - 1, -1):
+        if not flags[rec[r, 1]]:
+            continue
+        _check(tape, sw.backward(rec, r, r + 1, tape.vals[d], tape.adj[d], flags, tape.freed,
+                                 tape.ints, tape.floats[d], retain))
+        _check_nan(tape, r, d, sizes)
+
+
+def _check_nan(tape, r, d, sizes):
     code, out, a, b, p, q = tape.rec[r].tolist()
     op = registry.OPS[code >> 1]
-    sizes = _slot_sizes(tape, d)
+    if d not in sizes:
+        sizes[d] = _slot_sizes(tape, d)
+    flags = tape.flags[d]
     for k, off in enumerate((a, b)):
-        if off >= 0:
-            n = sizes.get(off, 1)
+        if off >= 0 and flags[off]:
+            n = sizes[d].get(off, 1)
             if np.isnan(tape.adj[d][off:off + n]).any():
                 raise RuntimeError(f"Function '{op.node}' returned nan values in its {k}th output.")
 
@@ -371,6 +420,8 @@ def _leaf_gradients(tape, target_ids, found, accumulate, seed):
 
 def _deliver_leaf(leaf, g, target_ids, found, accumulate):
     """Hand a leaf its gradient ``g`` (possibly a view of an adjoint buffer: copied when kept)."""
+    if not leaf._rg:   # requires_grad_(False) or detach_() since it was recorded: as torch, no .grad
+        return
     hooks = getattr(leaf, "_hooks", None)
     if hooks:
         g = _run_hooks(hooks, g.copy())

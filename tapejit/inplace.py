@@ -1,23 +1,36 @@
 """In-place ops: version counters and PyTorch's errors for them.
 
-Values on a tape are never overwritten: an in-place op records its out-of-place result
-and rebinds the tensor to it (a leaf's own array is written instead).  What PyTorch
-forbids is still forbidden: an in-place op on a leaf that requires grad, and backward
-through a record that saved a value later modified in place; those records are marked
-(``freed[r] = 2``) and the sweep stops there with PyTorch's message.
+Values on a tape are never overwritten by ops: an in-place op records its out-of-place
+result and rebinds the tensor to it (a leaf's own array is written instead).  What
+PyTorch forbids is still forbidden: an in-place op on a leaf that requires grad, and
+backward through a record that saved a value later modified in place; those records are
+marked (``freed[r] = 2``) and the sweep stops there with PyTorch's message.
+
+Aliases.  ``detach()``, ``.data`` and ``detach_()`` give tensors that share their
+source's value, as torch's share storage (``_Shared``): an in-place change through one
+is seen by all, including the recorded tensor (whose arena slot is written), after the
+tape has computed what was recorded before.  ``detach()`` and ``detach_()`` also share
+the version counter, so backward through a record that saved the value raises torch's
+error; ``.data`` does not (torch's backward then silently uses the new value, and so
+does tapejit's).  A few of tapejit's backward rules read a value torch does not save
+(``pow``'s reads its result): a change of that value through an alias raises there too,
+where torch would not need the value.
 """
+import weakref
+
 import numpy as np
 
 from tapejit import registry
-from tapejit.tape import state
+from tapejit.tape import state, recording_tape
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 LEAF_VIEW_ERROR = ("a view of a leaf Variable that requires grad is being used in an in-place "
                    "operation.")
 
 
-def _saving_records(tape, arena, off, before):
-    """Records before index ``before`` on ``tape`` whose backward reads the value at (arena, off)."""
+def _saving_records(tape, arena, off, before, table):
+    """Records before index ``before`` on ``tape`` whose backward reads the value at (arena,
+    off), by ``table`` (``_saved_table()`` or ``_extra_table()``)."""
     tape.flush()
     rec = tape.rec[:min(tape.nrec, before)]
     if not len(rec):
@@ -26,17 +39,18 @@ def _saving_records(tape, arena, off, before):
     same_arena = (codes & 1) == arena
     a = np.where(rec[:, 2] < 0, ~rec[:, 2], rec[:, 2])
     b = np.where(rec[:, 3] < 0, ~rec[:, 3], rec[:, 3])
-    saved = _saved_table()
     ops = codes >> 1
-    hit = same_arena & (((a == off) & saved[ops, 0]) | ((b == off) & saved[ops, 1])
-                        | ((rec[:, 1] == off) & saved[ops, 2]))
+    hit = same_arena & (((a == off) & table[ops, 0]) | ((b == off) & table[ops, 1])
+                        | ((rec[:, 1] == off) & table[ops, 2]))
     return np.flatnonzero(hit)
 
 
 _SAVED = []
+_EXTRA = []
 
 
 def _saved_table():
+    """Opcode -> (operand a, operand b, result) saved for backward, as torch saves them."""
     if not _SAVED or len(_SAVED[0]) != len(registry.OPS):
         table = np.zeros((len(registry.OPS), 3), bool)
         for op in registry.OPS:
@@ -46,40 +60,336 @@ def _saved_table():
     return _SAVED[0]
 
 
-def poison(tape, arena, off, t, old_version, before=None):
-    rows = _saving_records(tape, arena, off, tape.n if before is None else before)
-    if not len(rows):
-        return
-    if tape.poisoned is None:
-        tape.poisoned = {}
+def _extra_table():
+    """Opcode -> the values tapejit's backward rule reads that torch does not save (pow's
+    rule reads its result, torch's its input)."""
+    if not _EXTRA or len(_EXTRA[0]) != len(registry.OPS):
+        from tapejit import chunked
+        chunked._kind_table()
+        reads = chunked._saved
+        table = np.stack([(reads & 1) != 0, (reads & 2) != 0, (reads & 4) != 0], axis=1)
+        _EXTRA[:] = [table & ~_saved_table()]
+    return _EXTRA[0]
+
+
+DETACHED_IN_PLACE = ("Trying to use a saved tensor that has been detached in-place, i.e. with "
+                     ".detach_().This is not supported, please use out-of-place `.detach()` instead")
+
+
+def poison(tape, arena, off, t, old_version, before=None, saved=True, extra=False, message=None):
+    """Mark the records of ``tape`` that read the value at (arena, off) for their backward
+    and were recorded before ``before``: ``t`` (at ``old_version``) is changing in place.
+    ``saved``: the records torch would refuse (torch's error, or ``message``); ``extra``:
+    those reading a value only tapejit's rule needs, when that value's memory itself is
+    written (an alias)."""
+    if before is None:
+        before = tape.n
+    marks = []
+    if saved:
+        marks.append((_saving_records(tape, arena, off, before, _saved_table()), False))
+    if extra:
+        marks.append((_saving_records(tape, arena, off, before, _extra_table()), True))
     from tapejit.printing import type_name
-    for r in rows.tolist():
-        if tape.freed[r] != 2:
+    for rows, tapejit_only in marks:
+        for r in rows.tolist():
+            if tape.freed[r] == 2:
+                continue
+            if tape.poisoned is None:
+                tape.poisoned = {}
             tape.freed[r] = 2
             node = registry.OPS[tape.rec[r, 0] >> 1].node
-            tape.poisoned[r] = (
-                f"one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{type_name(t)} {list(t._shape)}], which is used by {node}, "
-                f"is at version {old_version + 1}; expected version {old_version} instead. Hint: "
-                f"the backtrace further above can point to the operation that failed to compute "
-                f"its gradient. The variable in question was changed in there or anywhere later. "
-                f"Good luck!")
+            if message is not None and not tapejit_only:
+                tape.poisoned[r] = message
+            elif tapejit_only:
+                tape.poisoned[r] = (
+                    f"a value {node} needs for its gradient was modified by an inplace operation "
+                    f"through a tensor sharing its memory (detach(), .data): [{type_name(t)} "
+                    f"{list(t._shape)}].  tapejit's {node} reads that value where torch's reads "
+                    f"another, so tapejit cannot compute this gradient; clone() the value before "
+                    f"changing it in place.")
+            else:
+                tape.poisoned[r] = (
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [{type_name(t)} {list(t._shape)}], which is used by {node}, "
+                    f"is at version {old_version + 1}; expected version {old_version} instead. Hint: "
+                    f"the backtrace further above can point to the operation that failed to compute "
+                    f"its gradient. The variable in question was changed in there or anywhere later. "
+                    f"Good luck!")
+
+
+def _poison_loads(tape, t, old, before):
+    for d in (0, 1):
+        for off, _, source in tape.loads_of.get((id(t), d), ()):
+            if source is t:
+                poison(tape, d, off, t, old, before)
 
 
 def note_leaf_write(t, before=None):
-    """A concrete tensor's array is about to change: poison saved uses on this thread's tape."""
+    """A concrete tensor's array is about to change: poison saved uses on this thread's
+    tape, and let tensors sharing the value (``_Shared``) follow."""
     if state.trace is not None:
         from tapejit.replay.trace import check_write
         check_write(t)
     old = getattr(t, "_version", 0)
     t._version = old + 1
     tape = state.tape
+    if tape is None and state.hold is not None:
+        tape = state.hold[0]
+    if tape is not None:
+        _poison_loads(tape, t, old, before)
+    if state.opened:   # graphs on this thread's retired tapes that may still run backward
+        for ref, serial in state.opened:
+            other = ref()
+            if other is not None and other.serial == serial and other is not tape:
+                _poison_loads(other, t, old, None)
+    if _shared:
+        shared = _shared.get(id(t))
+        if shared is not None:
+            shared.before_write(t, old, tape, before)
+
+
+# ---- values shared by a tensor and its aliases ----------------------------------------
+
+#: id(tensor) -> its _Shared, for every tensor sharing its value with another
+_shared = {}
+
+
+def _gone():
+    return None
+
+
+class _Member(weakref.ref):
+    """A weak reference to a tensor sharing a value: ``shares``, the version counter too."""
+    __slots__ = ("key", "shared", "shares")
+
+
+def _member_gone(member):
+    member.shared.leave(member.key)
+
+
+class _Shared:
+    """A tensor's value and the aliases that share it (``detach()``, ``.data``, ``detach_()``).
+
+    ``base`` is the tensor whose value the others alias: recorded (its value is an arena
+    slot) or a leaf (an array, which its aliases hold too).  ``members`` maps id -> (weak
+    reference, shares the version counter).  ``slot`` remembers where a recorded base's
+    value lives, for when the base itself is gone: records saving it must still be marked
+    when an alias changes it.  An alias of a recorded value holds a view of the slot, the
+    tape hands it a copy before reusing its arenas (``Tape.release_views``); writes then
+    go to the slot again (``before_write``)."""
+    __slots__ = ("base", "members", "slot", "keep")
+
+    def __init__(self, base, keep=None):
+        self.members = {}
+        self.slot = None
+        self.keep = keep    # detach_(): the recorded twin standing for the tensor's old self
+        self.base = self.join(base, True)
+        if base._tape is not None:
+            self.note_slot()
+
+    def join(self, t, shares):
+        key = id(t)
+        member = _Member(t, _member_gone)
+        member.key = key
+        member.shared = self
+        member.shares = shares
+        self.members[key] = member
+        _shared[key] = self
+        return member
+
+    def leave(self, key):
+        member = self.members.pop(key, None)
+        if _shared.get(key) is self:
+            del _shared[key]
+        if member is not None and member is self.base:   # gone, or took another array
+            self.base = _gone
+        members = self.members
+        if len(members) <= 1 and (not members or self.base is not _gone):
+            for other in list(members):   # no alias left: nothing to share
+                if _shared.get(other) is self:
+                    del _shared[other]
+            members.clear()
+
+    def note_slot(self):
+        base = self.base()
+        if base is not None and base._tape is not None:
+            tape = base._tape
+            self.slot = (weakref.ref(tape), tape.serial, base._dtype.arena, base._off, base._numel,
+                         base._shape)
+        elif base is not None:
+            self.slot = None
+
+    def live_slot(self):
+        """``(tape, arena, off, numel, shape)`` of the shared value if it is a recorded one."""
+        self.note_slot()
+        if self.slot is None:
+            return None
+        ref, serial, arena, off, numel, shape = self.slot
+        tape = ref()
+        if tape is None or tape.serial != serial:
+            self.slot = None
+            return None
+        return tape, arena, off, numel, shape
+
+    def alive(self):
+        for member in list(self.members.values()):
+            t = member()
+            if t is not None:
+                yield t, member.shares
+
+    def repoint(self, tape, arena, off, numel, shape):
+        """Every alias views the slot's current memory (after growth, or a copy handed out)."""
+        tape.flush()
+        view = tape.vals[arena][off:off + numel].reshape(shape)
+        for t, _ in self.alive():
+            if t._tape is None:
+                t._data = view
+        tape.views = True
+        return view
+
+    def before_write(self, t, old, recording, before):
+        """``t``'s array is about to be written in place (``note_leaf_write`` has bumped its
+        own version and marked its own loads)."""
+        member = self.members.get(id(t))
+        versioned = member is not None and member.shares
+        slot = self.live_slot()
+        if slot is not None:
+            tape = slot[0]
+            tape.flush()    # records made before this write compute with the value before it
+            self.repoint(*slot)
+            poison(tape, slot[1], slot[2], t, old, before if tape is recording else None,
+                   saved=versioned, extra=True)
+        base = self.base()
+        if versioned:
+            for other, shares in self.alive():
+                if other is t or not shares:
+                    continue
+                was = getattr(other, "_version", 0)
+                other._version = old + 1
+                if other._tape is None and recording is not None:
+                    _poison_loads(recording, other, was, before)
+        elif base is not None and base._tape is None and base is not t and recording is not None:
+            # ``.data`` of a leaf: the leaf's new value reaches the graph as torch's saved
+            # tensors would see it: later ops load it again, backward reads it (Tape.stale).
+            loaded = False
+            for d in (0, 1):
+                entry = recording.loaded.pop((id(base), d), None)
+                loaded = loaded or entry is not None or bool(recording.loads_of.get((id(base), d)))
+            if loaded:
+                recording.flush()
+                if recording.stale is None:
+                    recording.stale = []
+                recording.stale.append(base)
+
+    def after_rebind(self, t):
+        """``t`` now holds another value (an in-place op recorded its result, or gave it a new
+        array): the others follow, as torch's in-place ops write the shared storage."""
+        base = self.base()
+        if t is base:
+            self.note_slot()
+            slot = self.live_slot()
+            if slot is not None:
+                self.repoint(*slot)
+            else:
+                for other, _ in self.alive():
+                    if other is not t and other._tape is None:
+                        other._data = t._data
+            recording = recording_tape()
+            for other, shares in self.alive():
+                if other is not t and shares:
+                    was = getattr(other, "_version", 0)
+                    other._version = getattr(t, "_version", 0)
+                    if other._tape is None and recording is not None:
+                        _poison_loads(recording, other, was, None)
+            return
+        if t._tape is None:
+            return
+        # An alias took a recorded value (an op with an operand that requires grad): its
+        # value is written to the shared memory; the alias itself now has its own slot.
+        t._tape.flush()
+        value = t._tape.value(t)
+        slot = self.live_slot()
+        if slot is not None:
+            self.repoint(*slot)[...] = value
+        elif base is not None and base._tape is None:
+            base._data[...] = value
+        else:
+            for other, _ in self.alive():
+                if other is not t and other._tape is None:
+                    other._data[...] = value
+                    break
+        self.leave(id(t))
+
+
+def share_value(alias, source, versioned, keep=None):
+    """Make ``alias`` (a concrete tensor holding ``source``'s value) share it with ``source``:
+    ``detach()`` (``versioned``: one version counter, as torch) or ``.data`` (not)."""
+    shared = _shared.get(id(source))
+    if shared is None or keep is not None:
+        shared = _Shared(keep if keep is not None else source, keep)
+    else:
+        member = shared.members.get(id(source))
+        versioned = versioned and member is not None and member.shares
+    shared.join(alias, versioned)
+    if versioned:
+        alias._version = getattr(source, "_version", 0)
+    if source._tape is not None:   # a view of its arena: see Tape.release_views
+        source._tape.views = True
+    return alias
+
+
+def release_views(tape):
+    """Tensors sharing a value recorded on ``tape`` get a copy of their view of its arenas
+    (one per shared value), so the arenas can be reused or freed.  Their writes go to the
+    slot again while the tape still holds that value (``_Shared.before_write``)."""
+    arenas = [id(v) for v in tape.vals]
+    for shared in {id(s): s for s in _shared.values()}.values():
+        copy = None
+        for t, _ in shared.alive():
+            if t._tape is not None:
+                continue
+            base = t._data.base
+            if base is not None and id(base) in arenas:
+                if copy is None:
+                    copy = t._data.copy()
+                t._data = copy
+
+
+def leave_shared(t):
+    """``t`` takes another array (``t.data = other``): as in torch, its aliases keep the old one."""
+    if _shared:
+        shared = _shared.get(id(t))
+        if shared is not None:
+            shared.leave(id(t))
+
+
+def detach_in_place(t):
+    """``t.detach_()``: ``t`` becomes a leaf without history, sharing its value and version
+    counter with the record it was (which keeps the graph's view of it)."""
+    if getattr(t, "_view", None) is not None:
+        raise RuntimeError(
+            "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel "
+            "(DDP) for training, and gradient_as_bucket_view is set as True, gradients are views of DDP "
+            "buckets, and hence detach_() cannot be called on these gradients. To fix this error, please "
+            "refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py as the solution.")
+    tape = t._tape
     if tape is None:
-        return
-    for d in (0, 1):
-        for off, _, source in tape.loads_of.get((id(t), d), ()):
-            if source is t:
-                poison(tape, d, off, t, old, before)
+        t._rg = False
+        return t
+    from tapejit.tensor import _taped
+    twin = _taped(tape, t._off, t._shape, t._numel, t._dtype, t._rg)
+    twin._version = getattr(t, "_version", 0)
+    value = t._value()
+    t._tape = None
+    t._off = 0
+    t._data = value
+    t._rg = False
+    t._node = None
+    t._grad = None
+    t._hooks = None
+    share_value(t, twin, True, keep=twin)
+    poison(tape, twin._dtype.arena, twin._off, t, twin._version, message=DETACHED_IN_PLACE)
+    return t
 
 
 def in_place(name, fn):
@@ -154,7 +464,7 @@ def _rebind(t, other):
 def _apply(t, compute, op):
     from tapejit.recording import cast
     check_leaf(t, op)
-    tape = state.tape
+    tape = recording_tape()
     before = tape.n if tape is not None else 0   # records from here on are this op's own
     result = compute()
     if result._shape != t._shape:
@@ -177,17 +487,20 @@ def _apply(t, compute, op):
         # constant): ``t`` becomes a plain tensor holding it.
         if t._tape is not None:
             poison(t._tape, t._dtype.arena, t._off, t, getattr(t, "_version", 0),
-                   before if t._tape is state.tape else None)
-        t._version = getattr(t, "_version", 0) + 1
+                   before if t._tape is tape else None)
+            t._version = getattr(t, "_version", 0) + 1
+        else:
+            note_leaf_write(t, before)
         t._tape = None
         t._off = 0
         t._data = np.array(result._value(), dtype=t._dtype.np)
         t._rg = False
         t._node = None
+        _rebound(t)
         return t
     if t._tape is not None:
         old = getattr(t, "_version", 0)
-        poison(t._tape, t._dtype.arena, t._off, t, old, before if t._tape is state.tape else None)
+        poison(t._tape, t._dtype.arena, t._off, t, old, before if t._tape is tape else None)
         t._version = old + 1
     else:
         note_leaf_write(t, before)
@@ -196,4 +509,12 @@ def _apply(t, compute, op):
     t._rg = result._rg
     t._data = None
     t._node = None
+    _rebound(t)
     return t
+
+
+def _rebound(t):
+    if _shared:
+        shared = _shared.get(id(t))
+        if shared is not None:
+            shared.after_rebind(t)

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.inplace import share_value
 from tapejit.shapes import wrap_dim
 from tapejit.tape import due_by_size, state as _state
 
@@ -104,7 +105,14 @@ class Tensor:
         if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
             from tapejit.replay.trace import refuse_read
             refuse_read()
-        tape.flush()
+        try:
+            tape.flush()
+        except MemoryError:
+            # An op recorded after this tensor could not get memory and was dropped (see
+            # Tape._drop_unallocatable): this tensor's value can still be computed.
+            if tape.broken is None or self._off >= tape.broken[0][self._dtype.arena]:
+                raise
+            tape.flush()
         return tape.value(self)
 
     def _read(self):
@@ -219,8 +227,9 @@ class Tensor:
 
     @property
     def data(self):
-        """The value without history, sharing memory (as ``torch``'s ``.data``)."""
-        return _concrete(self._value())
+        """The value without history, sharing memory but not the version counter (as
+        ``torch``'s ``.data``): an in-place change through it is seen by the graph."""
+        return share_value(_concrete(self._value()), self, False)
 
     @data.setter
     def data(self, other):
@@ -236,6 +245,8 @@ class Tensor:
         if self._rg and not dt.is_floating_point:
             raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         _before_write(self)
+        from tapejit.inplace import leave_shared
+        leave_shared(self)
         self._data = value
         self._shape = value.shape
         self._numel = value.size
@@ -340,18 +351,18 @@ class Tensor:
                            create_graph, inputs=inputs)
 
     def detach(self):
-        """Same value, no history: a new leaf sharing the value (the leaf's array, or a view
-        of the arena slot)."""
+        """Same value, no history: a new leaf sharing the value and the version counter (the
+        leaf's array, or a view of the arena slot; see ``inplace._Shared``)."""
         tape = self._tape
         if tape is not None and tape.tracing:   # tj.compile: the slot itself, recomputed by replays
             return _taped(tape, self._off, self._shape, self._numel, self._dtype, False)
-        return _concrete(self._value())
+        return share_value(_concrete(self._value()), self, True)
 
     def detach_(self):
-        if self._tape is not None:
-            raise RuntimeError("tapejit: detach_() is only supported on leaf tensors")
-        self._rg = False
-        return self
+        """``detach()`` in place: this tensor becomes a leaf without history; records that
+        saved its value still see in-place changes of it (one version counter)."""
+        from tapejit.inplace import detach_in_place
+        return detach_in_place(self)
 
     # ---- conversions -----------------------------------------------------------------------
 
