@@ -282,6 +282,15 @@ def _device_state(inst, state):
     _refuse("a device's state must be the CPU's ((None, {'type': 'cpu', 'index': None or an int}))")
 
 
+def _state_dict_metadata(inst, state):
+    """BUILD on an OrderedDict: only a module ``state_dict()``'s ``_metadata`` attribute (a
+    dict of per-module versions, as torch's), which names no method of the dict."""
+    if type(state) is dict and state.keys() == {"_metadata"} and isinstance(state["_metadata"], dict):
+        inst._metadata = state["_metadata"]
+        return
+    _refuse("an OrderedDict's state may hold only a state_dict's '_metadata' (a dict)")
+
+
 _SAFE_GLOBALS = {
     ("builtins", "set"): _set_from_list,
     ("builtins", "frozenset"): _frozenset_from_list,
@@ -455,6 +464,8 @@ class _WeightsOnlyUnpickler(pickle._Unpickler):
         inst = self.stack[-1]
         if type(inst) is device:
             _device_state(inst, state)
+        elif type(inst) is OrderedDict:
+            _state_dict_metadata(inst, state)
         elif self._is_user_instance(inst):
             self.append(state)
             pickle._Unpickler.load_build(self)

@@ -64,6 +64,15 @@ def test_state_dict_round_trip_through_a_file_object(tmp_path):
     assert type(loaded) is OrderedDict and list(loaded) == list(model.state_dict())
     for key, value in model.state_dict().items():
         assert_tensor_equal(loaded[key], value)
+    # torch's state_dict carries per-module versions in an attribute, pickled with BUILD
+    assert loaded._metadata == model.state_dict()._metadata
+
+
+def test_an_ordered_dict_takes_no_state_but_a_state_dicts_metadata():
+    shadow = OrderedDict(a=1)
+    shadow.__dict__["keys"] = "not a method"   # BUILD would shadow the dict's methods
+    with pytest.raises(pickle.UnpicklingError, match="OrderedDict's state may hold only"):
+        load_bytes(pickle.dumps(shadow, 4))
 
 
 def test_optimizer_state_dict_round_trip():
