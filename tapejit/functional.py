@@ -31,7 +31,7 @@ _FLOAT_KINDS = (np.dtype(np.float64), np.dtype(np.float32))
 
 class _Calls(threading.local):
     def __init__(self):
-        self.active = []   # per running call: (ids of its leaves, serial of its first tape)
+        self.active = []   # per running call: (its leaves, serial of its first tape)
 
 
 _calls = _Calls()
@@ -60,7 +60,7 @@ def _outer_value(x):
     if type(x) is TracedArray:
         return True
     if isinstance(x, Tensor):
-        return x._rg and (x._tape is not None or any(id(x) in ids for ids, _ in _calls.active))
+        return x._rg and (x._tape is not None or id(x) in _outer_leaves(_calls.active))
     if isinstance(x, (list, tuple)):
         return any(_outer_value(e) for e in x)
     if isinstance(x, dict):
@@ -173,10 +173,7 @@ def aux_from_trace(aux, marks):
 
 
 def _outer_leaves(calls):
-    outer = set()
-    for ids, _ in calls:
-        outer |= ids
-    return outer
+    return {id(leaf) for leaves, _ in calls for leaf in leaves}
 
 
 def _reads_outer(roots, own, serial, outer):
@@ -235,6 +232,7 @@ def _tensors_in(x):
 
 def _differentiate(fun, argnums, has_aux, name):
     nums, single = _argnums(argnums)
+    highest, lowest = max(nums), min(nums)
 
     def value_and_gradients(args, kwargs):
         if state.trace is not None:
@@ -243,7 +241,7 @@ def _differentiate(fun, argnums, has_aux, name):
                    f"its NumPy results would be frozen into every replay. Compile the "
                    f"{name}(f) itself: tj.compile({name}(f)).")
         n = len(args)
-        if max(nums) >= n or min(nums) < -n:
+        if highest >= n or lowest < -n:
             raise TypeError(f"{name}: argnums {argnums!r} is out of range for {n} positional arguments")
         args = list(args)
         if _calls.active:
@@ -255,22 +253,28 @@ def _differentiate(fun, argnums, has_aux, name):
                 if _outer_value(v):
                     raise _nested(name, f"keyword argument {k!r} is a value traced by an enclosing "
                                         f"tj.grad or tj.value_and_grad")
-        leaves = []
-        leaf_at = {}
-        for i in dict.fromkeys(i % n for i in nums):   # a repeated argnum: one leaf
+        if single:
+            i = nums[0] % n
             leaf = _leaf(args[i], name, i)
             args[i] = _np_mode._wrap(leaf)
-            leaves.append(leaf)
-            leaf_at[i] = leaf
+            leaves = [leaf]
+        else:
+            leaves = []
+            leaf_at = {}
+            for i in dict.fromkeys(i % n for i in nums):   # a repeated argnum: one leaf
+                leaf = _leaf(args[i], name, i)
+                args[i] = _np_mode._wrap(leaf)
+                leaves.append(leaf)
+                leaf_at[i] = leaf
         caller_tape = state.tape
         state.tape = None   # a tape of this call's own
         tape = current()
-        own = {id(leaf) for leaf in leaves}
-        _calls.active.append((own, tape.serial))
+        active = _calls.active
+        active.append((leaves, tape.serial))
         try:
             out, aux = call_for_value(fun, args, kwargs, has_aux, name)
-            if len(_calls.active) > 1 and _reads_outer([out, *_tensors_in(aux)], own, tape.serial,
-                                                       _outer_leaves(_calls.active[:-1])):
+            if len(active) > 1 and _reads_outer([out, *_tensors_in(aux)], {id(leaf) for leaf in leaves},
+                                                tape.serial, _outer_leaves(active[:-1])):
                 raise _nested(name, "the function's result depends on a value traced by an "
                                     "enclosing tj.grad or tj.value_and_grad (read through a closure)")
             if isinstance(out, Tensor) and out._rg:
@@ -284,11 +288,11 @@ def _differentiate(fun, argnums, has_aux, name):
                 found = [None] * len(leaves)
                 value = float(np.asarray(out._value() if isinstance(out, Tensor) else out).reshape(-1)[0])
         finally:
-            _calls.active.pop()
+            active.pop()
             if state.tape is not None and state.tape is not caller_tape:
                 retire_current()
             state.tape = caller_tape
-        if single and len(leaves) == 1:
+        if single:
             g = found[0]
             leaf = leaves[0]
             return value, (np.zeros(leaf._shape, leaf._dtype.np) if g is None else g), aux

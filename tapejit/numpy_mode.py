@@ -405,6 +405,30 @@ class TracedArray:
     def __imatmul__(self, other):
         return _inplace(self, np.matmul, other)
 
+    def __getattr__(self, name):
+        # Only for names ndarray lacks and tapejit's Tensor has: torch-style code (x.detach(),
+        # tj.tanh(x) reading x._dtype) meeting NumPy mode.  An AttributeError, so that
+        # hasattr() probes still answer False.
+        if hasattr(Tensor, name) and not hasattr(np.ndarray, name):
+            raise AttributeError(
+                f"'TracedArray' object has no attribute {name!r}: tj.grad and tj.value_and_grad hand "
+                f"the function NumPy-mode traced arrays, which behave as NumPy arrays, not tapejit "
+                f"tensors. Use NumPy (np.tanh(x), x.sum(axis=0)), or tapejit.numpy_mode.to_tensor(x) "
+                f"for the tensor it holds (same graph)")
+        raise AttributeError(f"'TracedArray' object has no attribute {name!r}")
+
+    def __floor__(self):
+        return _unary(np.floor, self)
+
+    def __ceil__(self):
+        return _unary(np.ceil, self)
+
+    def __trunc__(self):
+        return _unary(np.trunc, self)
+
+    def __round__(self, ndigits=None):
+        return _on_values(np.round, (self,), {"decimals": ndigits or 0})
+
     def __setitem__(self, key, value):
         raise TypeError(
             "tapejit: a traced array cannot be assigned to (x[...] = value) inside tj.grad: "
@@ -473,10 +497,18 @@ class TracedArray:
         return _squeeze(self, axis)
 
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        t = self._t
+        if (axis is None and dtype is None and out is None and keepdims is False and initial is None
+                and where is None and t._dtype.is_floating_point):
+            return _wrap(t.sum())   # the common case, without the general path's bookkeeping
         return _reduce(np.sum, _interop._sum, self, axis=axis, dtype=dtype, out=out, keepdims=keepdims,
                        initial=initial, where=where)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False, where=None):
+        t = self._t
+        if (axis is None and dtype is None and out is None and keepdims is False and where is None
+                and t._dtype.is_floating_point):
+            return _wrap(t.mean())
         return _reduce(np.mean, _interop._mean, self, axis=axis, dtype=dtype, out=out, keepdims=keepdims,
                        where=where)
 
@@ -551,6 +583,15 @@ class TracedArray:
 
     def take(self, indices, axis=None, out=None, mode="raise"):
         return _by_positions(np.take, self, _index_values(indices), axis, out, mode)
+
+
+def _ufunc_method(ufunc):
+    def method(self):
+        return _unary(ufunc, self)
+    method.__name__ = method.__qualname__ = ufunc.__name__
+    method.__doc__ = (f"numpy.{ufunc.__name__}(self): the method NumPy's loops over object arrays "
+                      f"call on each element (np.array([x, 2 * x]) is one).")
+    return method
 
 
 def _wrap(t):
@@ -949,6 +990,11 @@ _UNARY_FLOAT.update({
     np.arctanh: lambda x: ((1.0 + x) / (1.0 - x)).log() * 0.5,
     np.cbrt: lambda x: x.sign() * x.abs() ** (1.0 / 3.0),
 })
+for _u in (*_UNARY_FLOAT, np.rint):
+    if _u.__name__ not in ("negative", "positive", "absolute", "square", "reciprocal", "sign", "isnan",
+                           "isinf", "isfinite", "logical_not", "conjugate"):
+        setattr(TracedArray, _u.__name__, _ufunc_method(_u))
+
 # Piecewise-constant ufuncs: their value, and a zero gradient (NumPy-based autodiff's too).
 _STEP = frozenset([np.floor, np.ceil, np.trunc, np.rint, np.signbit, np.spacing])
 _VALUE_ONLY = frozenset([np.isnan, np.isinf, np.isfinite, np.logical_not, np.invert, np.isneginf,
@@ -1347,6 +1393,22 @@ for _fn, _handler in ((np.sum, _interop._sum), (np.mean, _interop._mean), (np.pr
                       (np.max, _interop._max), (np.min, _interop._min), (np.var, _interop._var),
                       (np.std, _interop._std)):
     implements(_fn)(_reduction(_fn, _handler))
+
+
+@implements(np.sum)
+def _np_sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    if type(a) is TracedArray:
+        return a.sum(axis, dtype, out, keepdims, initial, where)
+    return _reduce(np.sum, _interop._sum, a, axis=axis, dtype=dtype, out=out, keepdims=keepdims,
+                   initial=initial, where=where)
+
+
+@implements(np.mean)
+def _np_mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    if type(a) is TracedArray:
+        return a.mean(axis, dtype, out, keepdims, where)
+    return _reduce(np.mean, _interop._mean, a, axis=axis, dtype=dtype, out=out, keepdims=keepdims,
+                   where=where)
 _FUNCTIONS[np.amax] = _FUNCTIONS[np.max]
 _FUNCTIONS[np.amin] = _FUNCTIONS[np.min]
 
