@@ -449,19 +449,22 @@ class TracedArray:
     def __getitem__(self, key):
         t = self._t
         kind = type(key)
-        if kind is slice:
-            step = key.step
-            if t._shape and (step is None or type(step) is int and step > 0):
-                return _view(self, t[key])
-        elif kind is int:
-            if len(t._shape) > 1:
-                return _view(self, t[key])
-            if t._shape:
-                return _wrap(t[key])
-        elif kind is tuple and _basic(key, len(t._shape)):
-            r = t[key]
-            return _view(self, r) if r._shape or any(k is None or k is Ellipsis or type(k) is slice
-                                                       for k in key) else _wrap(r)
+        try:   # basic keys: the tensor's own views (an IndexError: NumPy's message, below)
+            if kind is slice:
+                step = key.step
+                if t._shape and (step is None or type(step) is int and step > 0):
+                    return _view(self, t[key])
+            elif kind is int:
+                if len(t._shape) > 1:
+                    return _view(self, t[key])
+                if t._shape:
+                    return _wrap(t[key])
+            elif kind is tuple and _basic(key, len(t._shape)):
+                r = t[key]
+                return _view(self, r) if r._shape or any(k is None or k is Ellipsis or type(k) is slice
+                                                           for k in key) else _wrap(r)
+        except IndexError:
+            pass
         return _advanced_getitem(self, key)
 
     # ---- methods ---------------------------------------------------------------------------
