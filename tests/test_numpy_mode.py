@@ -656,3 +656,76 @@ def test_compile_batch_of_a_numpy_mode_function():
         value, g = tj.value_and_grad(lambda x: np.sum(np.cumsum(x[::-1]) ** 2))(xs[i])
         assert values[i] == pytest.approx(value, rel=1e-12)
         np.testing.assert_allclose(grads[i], g, rtol=1e-12)
+
+
+# ---- every function NumPy mode adds, against central differences ---------------------------------------
+
+C23 = np.array([[0.3, -1.2, 2.0], [1.5, 0.7, -0.4]])
+
+FUNCTION_CASES = {
+    "deg2rad/rad2deg": lambda x: np.sum(np.deg2rad(x) * np.rad2deg(x) + np.radians(x) - np.degrees(x)),
+    "arcsinh": lambda x: np.sum(np.arcsinh(x * 3.0) * C23),
+    "arccosh": lambda x: np.sum(np.arccosh(x * x + 1.5) * C23),
+    "arctanh": lambda x: np.sum(np.arctanh(x * 0.3) * C23),
+    "cbrt": lambda x: np.sum(np.cbrt(x) * C23),
+    "fabs": lambda x: np.sum(np.fabs(x) * C23),
+    "hypot": lambda x: np.sum(np.hypot(x, C23)),
+    "logaddexp2": lambda x: np.sum(np.logaddexp2(x, C23)),
+    "fmax/fmin": lambda x: np.sum(np.fmax(x, C23) - np.fmin(x, 0.1)),
+    "copysign": lambda x: np.sum(np.copysign(x, C23) * C23),
+    "maximum reduce": lambda x: np.sum(np.maximum.reduce(x * C23, axis=1)),
+    "ptp": lambda x: np.sum(np.ptp(x, axis=0)),
+    "average": lambda x: np.average(x) + np.sum(np.average(x, axis=1, weights=np.array([1.0, 2.0, 3.0]))),
+    "average returned": lambda x: np.sum(np.average(x, axis=0, weights=np.array([2.0, 1.0]), returned=True)[0]),
+    "cumprod": lambda x: np.sum(np.cumprod(x, axis=1) * C23),
+    "vdot": lambda x: np.vdot(x, C23),
+    "dot n-d": lambda x: np.sum(np.dot(x.reshape(1, 2, 3), np.arange(12.0).reshape(2, 3, 2))),
+    "tensordot": lambda x: np.sum(np.tensordot(x, C23 * x, axes=([0, 1], [0, 1])) + np.tensordot(x, C23.T, 1)),
+    "kron": lambda x: np.sum(np.kron(x, C23) ** 2),
+    "cross": lambda x: np.sum(np.cross(x, C23) ** 2),
+    "trace": lambda x: np.trace(x @ x.T) + np.trace(x, offset=1),
+    "linalg.norm": lambda x: np.linalg.norm(x) + np.sum(np.linalg.norm(x, axis=0)) + np.linalg.norm(x[0], ord=3),
+    "select": lambda x: np.sum(np.select([x > 1, x < -1], [x ** 2, -x], default=x * 0.5)),
+    "nan_to_num": lambda x: np.sum(np.nan_to_num(np.log(x * x)) * C23),
+    "sinc": lambda x: np.sum(np.sinc(x) * C23),
+    "linspace": lambda x: np.sum(np.linspace(x[0, 0], x[1, 1], 7) ** 2),
+    "diff": lambda x: np.sum(np.diff(x, axis=1) ** 2) + np.sum(np.diff(x[0], prepend=1.0) ** 2),
+    "dstack/column_stack": lambda x: np.sum(np.dstack([x, x]) ** 2) + np.sum(np.column_stack([x[0], x[1]]) ** 3),
+    "row_stack/vstack": lambda x: np.sum(np.vstack([x[0], x]) ** 3),
+    "expand_dims/moveaxis": lambda x: np.sum(np.moveaxis(np.expand_dims(x, 0), 2, 0) ** 3 * np.arange(2.0)[:, None]),
+    "atleast": lambda x: np.sum(np.atleast_3d(x[0]) ** 3) + np.sum(np.atleast_2d(x[0, 0]) ** 2),
+    "broadcast_to": lambda x: np.sum(np.broadcast_to(x[0], (4, 3)) * np.arange(12.0).reshape(4, 3)),
+    "roll": lambda x: np.sum(np.roll(x, 2) * C23) + np.sum(np.roll(x, -1, axis=1) * C23),
+    "flip family": lambda x: np.sum((np.flip(x) + np.fliplr(x) + np.flipud(x)) * C23),
+    "rot90": lambda x: np.sum(np.rot90(x) * C23.T),
+    "repeat/tile": lambda x: np.sum(np.repeat(x, [1, 3], axis=0) ** 2) + np.sum(np.tile(x, (2, 1)) ** 3),
+    "diag/diagflat": lambda x: np.sum(np.diag(x[0]) @ C23.T) + np.sum(np.diag(x)) + np.sum(np.diagflat(x) ** 2),
+    "diagonal": lambda x: np.sum(np.diagonal(x, offset=1) ** 2),
+    "tril/triu": lambda x: np.sum(np.tril(x) * C23 + np.triu(x, 1) ** 2),
+    "take/take_along_axis": lambda x: np.sum(np.take(x, [5, 0, 5]) ** 2)
+    + np.sum(np.take_along_axis(x, np.array([[2, 0], [1, 1]]), axis=1) ** 3),
+    "sort/partition": lambda x: np.sum(np.sort(x, axis=1) * C23) + np.sum(np.partition(x.ravel(), 2)[:3] ** 2),
+    "pad": lambda x: np.sum(np.pad(x, ((1, 0), (2, 1))) ** 2 * np.arange(18.0).reshape(3, 6)),
+    "delete/resize": lambda x: np.sum(np.delete(x, 1, axis=1) ** 2) + np.sum(np.resize(x, (4, 2)) ** 3),
+    "split family": lambda x: sum(np.sum(p ** 2) * (i + 1) for i, p in enumerate(
+        np.array_split(x, 2, axis=1) + np.hsplit(x, 3) + np.vsplit(x, [1]) + np.split(x.ravel(), 3))),
+    "dsplit": lambda x: sum(np.sum(p ** 3) for p in np.dsplit(x.reshape(1, 2, 3), 3)),
+    "accumulate": lambda x: np.sum(np.multiply.accumulate(x, axis=1) + np.add.accumulate(x) ** 2),
+    "stack axis": lambda x: np.sum(np.stack([x, C23], axis=-1) ** 3),
+    "concatenate axis None": lambda x: np.sum(np.concatenate([x, C23], axis=None) ** 3),
+    "where one-sided constant": lambda x: np.sum(np.where(C23 > 0, x, 2.0) ** 2),
+    "clip arrays": lambda x: np.sum(np.clip(x, C23 - 0.5, C23 + 0.5) ** 2),
+    "swapaxes": lambda x: np.sum(np.swapaxes(x, 0, 1) ** 3 * C23.T),
+    "real/imag/conj": lambda x: np.sum(np.real(x) * C23 + np.imag(x) + np.conj(x) ** 2),
+    "squeeze": lambda x: np.sum(np.squeeze(x[:1]) ** 3),
+    "copy": lambda x: np.sum(np.copy(x) ** 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTION_CASES))
+def test_numpy_mode_function_matches_central_differences(name):
+    f = FUNCTION_CASES[name]
+    x = np.random.default_rng(abs(hash(name)) % 2**32).uniform(-2.0, 2.0, (2, 3))
+    value, g = tj.value_and_grad(f)(x)
+    assert value == pytest.approx(float(f(x)), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(g, central_differences(f, x), rtol=1e-5, atol=1e-7)
