@@ -345,3 +345,13 @@ def test_repeated_argnums_give_the_gradient_each_time():
     np.testing.assert_array_equal(gy2, [6.0, 16.0])
     assert gy1 is not gy2
     np.testing.assert_array_equal(gx, [9.0, 16.0])
+
+
+def test_numpy_functions_on_eager_tensors_follow_numpy():
+    # np.inner / np.hstack / np.cumsum are NumPy's functions: NumPy's rules, also on tensors.
+    t = tj.tensor([1.0, 2.0, 3.0], dtype=tj.float64, requires_grad=True)
+    assert np.inner(t[0], t[1]).item() == 2.0
+    np.testing.assert_array_equal(np.inner(t.reshape(1, 3), t.reshape(1, 3)).detach().numpy(), [[14.0]])
+    np.testing.assert_array_equal(np.hstack([t[0], t]).detach().numpy(), [1.0, 1.0, 2.0, 3.0])
+    (np.cumsum(t) ** 2).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [20.0, 18.0, 12.0])   # d/dt sum(cumsum(t)^2)
