@@ -645,10 +645,6 @@ def from_tensor(t):
     return _wrap(t)
 
 
-def is_traced(x):
-    return type(x) is TracedArray
-
-
 # ---- refusals --------------------------------------------------------------------------------
 
 def _read_error(what, detail=""):
@@ -682,10 +678,6 @@ def _contains_traced(x):
     if isinstance(x, np.ndarray) and x.dtype == object:
         return any(_contains_traced(e) for e in x.flat)
     return False
-
-
-def _np_dtype(t):
-    return _NP_OF[t._dtype]
 
 
 def _cast(t, npdt):
