@@ -51,7 +51,9 @@ whatever that returns becomes plain data.  Measured on NumPy 2.4, the options ar
    is packed back into one tensor (a ``stack``).  NumPy's ``_mean``/``_var`` end with
    ``ret.dtype.type(ret / n)`` for results that have a dtype, a ``float()``; for those two
    callers only (checked by the calling frame's module), a traced array answers like a
-   Python float, without ``dtype``, and NumPy takes its ``ret / n`` branch instead.
+   Python float, without ``dtype``, and NumPy takes its ``ret / n`` branch instead (were
+   NumPy to change that code, the ``float()`` would raise: loud, never wrong).  A 0-d
+   traced array is stored in the object array as itself.
    Object arrays compute element by element in Python: fine for the short lists numeric
    code builds, slow for large arrays (``np.asarray(x)`` of a million-element traced
    array), so those warn.  ``__array__`` with an integer or boolean dtype
@@ -65,6 +67,11 @@ too unless the array shares memory with another: an in-place operator on a trace
 that is a view, or that views were taken of (slicing, ``reshape``, ``.T``, ...), raises
 instead of silently leaving the other one unchanged.  The arguments the caller passed
 are never written.
+
+Some results are computed from values NumPy reads: the quotient ``floor(x / y)`` of ``%``
+(a constant in ``x - floor(x / y) * y``), ``//``, comparisons and masks, ``np.sort``'s
+order, integer casts.  Eagerly that is exact; ``tj.compile`` refuses such a read, as it
+refuses any (a replay would freeze it), until the registry has ops for them.
 
 tapejit's torch-style functions take tensors: ``to_tensor(x)`` is the tensor a traced
 array holds (same graph), ``from_tensor(t)`` wraps a tensor back; ``f`` may also return
@@ -820,7 +827,7 @@ _COMPARE = frozenset([np.equal, np.not_equal, np.less, np.less_equal, np.greater
 
 
 def _arith_operand(x):
-    """``(tensor or None, weak Python scalar or None, NumPy dtype for promotion)``;
+    """An operand of a ufunc: a tensor, a Python scalar (weak in promotion, as NEP 50), or
     ``None`` when ``x`` is not an array-like NumPy would compute with."""
     if type(x) is TracedArray:
         return x._t
