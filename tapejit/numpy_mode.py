@@ -1502,7 +1502,7 @@ def _copy(a, order="K", subok=False):
     return _wrap(_tensor_of(a))
 
 
-@implements(np.asarray, np.asanyarray, np.ascontiguousarray, np.array)
+@implements(np.asarray, np.asanyarray, np.ascontiguousarray, np.array)   # like=x only
 def _asarray(a, dtype=None, *args, **kwargs):
     return _wrap(_tensor_of(a)) if dtype is None else _astype(a, dtype, False)
 
@@ -1515,11 +1515,6 @@ def _real(val):
 @implements(np.imag)
 def _imag(val):
     return _wrap(_tensor_of(val)).imag
-
-
-@implements(np.conjugate, np.conj)
-def _conj(x, *args, **kwargs):
-    return _unary(np.conjugate, x)
 
 
 @implements(np.reshape)
