@@ -85,6 +85,10 @@ TARGETS = (
            "replayed step within 1.1x of the hand-written NumPy step"),
     Target(GROUP_C_REPLAY.format(n=10), "slowdown", "jax", 1.0, "replay no slower than jax.jit"),
     Target(GROUP_C_REPLAY.format(n=1_000_000), "slowdown", "jax", 1.0, "replay no slower than jax.jit"),
+    # NumPy mode's call overhead (tj.value_and_grad hands f traced arrays): eager and replayed.
+    Target(GROUP_C_REPLAY.format(n=10), "seconds", "tapejit", 40e-6, "eager tj.value_and_grad <= 40 us",
+           row="tapejit_eager"),
+    Target(GROUP_C_REPLAY.format(n=10), "seconds", "tapejit", 6e-6, "replayed value_and_grad <= 6 us"),
     Target(GROUP_C_BATCH, "speedup", "tapejit threads=1", 1.7, "2 threads >= 1.7x faster than 1",
            row="tapejit threads=2"),
 )

@@ -185,10 +185,13 @@ def scalar_graph_timed(lib, n_ops):
 
 def scalar_graph_fn(tl, F, n_ops):
     """Workload A as a numeric function of one 100-vector, for ``tj.compile(tj.value_and_grad(f))``:
-    ``f(x)`` unbinds ``x`` into the 100 inputs, builds the same graph as ``scalar_graph``
+    ``f(x)`` unbinds ``x``'s tensor into the 100 inputs, builds the same graph as ``scalar_graph``
     and returns the last node."""
     def scalar_graph(x):
-        return demo.scalar_graph(tl, F, n_ops, list(x.unbind(0)))[1]
+        # Inside tj.value_and_grad x is a NumPy-mode traced array; the graph is written with
+        # tapejit's torch-style API, which takes the tensor it holds.
+        from tapejit.numpy_mode import to_tensor
+        return demo.scalar_graph(tl, F, n_ops, list(to_tensor(x).unbind(0)))[1]
     return scalar_graph
 
 

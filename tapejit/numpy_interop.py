@@ -168,9 +168,10 @@ def implements(*funcs):
 
 
 def _no_extras(name, **given):
-    bad = sorted(k for k, v in given.items() if v is not None and v is not False)
-    if bad:
-        raise _unsupported(f"numpy.{name} with {', '.join(bad)}=")
+    for v in given.values():
+        if v is not None and v is not False:
+            bad = sorted(k for k, v in given.items() if v is not None and v is not False)
+            raise _unsupported(f"numpy.{name} with {', '.join(bad)}=")
 
 
 def _dim(axis):
@@ -274,10 +275,20 @@ def _dot(a, b, out=None):
     return a @ b
 
 
-@implements(np.inner)
-def _inner(a, b):
-    like = a if isinstance(a, Tensor) else b
-    return _tj().inner(_tensor_operand(a, like), _tensor_operand(b, like))
+def _numpy_semantics(name):
+    """NumPy's function on tensors with NumPy's semantics: NumPy mode's implementation
+    (tapejit/numpy_mode.py), which takes tensors, its traced results unwrapped."""
+    def call(*args, **kwargs):
+        from tapejit import numpy_mode
+        result = getattr(numpy_mode, name)(*args, **kwargs)
+        if isinstance(result, (list, tuple)):
+            return type(result)(numpy_mode.to_tensor(r) for r in result)
+        return numpy_mode.to_tensor(result)
+    return call
+
+
+# np.inner of 0-d and n-d operands, hstack of 0-d pieces: NumPy's rules, not torch.inner's.
+implements(np.inner)(_numpy_semantics("_inner"))
 
 
 @implements(np.outer)
@@ -338,16 +349,8 @@ def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
     return _tj().stack(_sequence(arrays), axis)
 
 
-@implements(np.hstack)
-def _hstack(tup, dtype=None, casting=None):
-    _no_extras("hstack", dtype=dtype)
-    return _tj().hstack(_sequence(tup))
-
-
-@implements(np.vstack)
-def _vstack(tup, dtype=None, casting=None):
-    _no_extras("vstack", dtype=dtype)
-    return _tj().vstack(_sequence(tup))
+implements(np.hstack)(_numpy_semantics("_hstack"))
+implements(np.vstack)(_numpy_semantics("_vstack"))
 
 
 @implements(np.reshape)
@@ -446,11 +449,7 @@ def _copy(a, order="K", subok=False):
     return _tensor_operand(a, None).clone()
 
 
-@implements(np.cumsum)
-def _cumsum(a, axis=None, dtype=None, out=None):
-    _no_extras("cumsum", dtype=dtype, out=out)
-    a = _tensor_operand(a, None)
-    return _tj().cumsum(a.reshape(-1) if axis is None else a, 0 if axis is None else axis)
+implements(np.cumsum)(_numpy_semantics("_np_cumsum"))   # differentiable: shifted adds
 
 
 # Metadata and values: nothing to differentiate.

@@ -27,6 +27,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.numpy_mode import from_tensor
 from tapejit.replay import labels
 from tapejit.replay.frozen import Frozen, Stale
 from tapejit.replay.trace import Trace, refuse, tracing
@@ -227,6 +228,9 @@ class Compiled:
                 return result
         if state.trace is not None:      # called while another function is traced: inline it
             return self.fn(*args, **kwargs)
+        if self.functional is not None:
+            from tapejit.functional import check_not_nested
+            check_not_nested(args, kwargs, self.functional[4])
         key = self.signature(args, kwargs)
         entry = self.traces.get(key)
         if entry is None and self._label_positions:
@@ -375,14 +379,15 @@ class Compiled:
         leaves = {}
         with tracing(trace):
             call_args = list(args)
+            # fn sees NumPy-mode traced arrays (tapejit/numpy_mode.py), as the eager wrapper's.
             for i, a in enumerate(args):
                 if i in differentiated:
                     leaf = F._leaf(a, kind, i)
                     leaves[i] = leaf
                     arg_of[id(leaf)] = i
-                    call_args[i] = _stand_in(trace, leaf)
+                    call_args[i] = from_tensor(_stand_in(trace, leaf))
                 elif isinstance(a, Tensor) and a._dtype.is_floating_point or _is_float_array(a):
-                    call_args[i] = _load_input(trace, a, i, arg_of)
+                    call_args[i] = from_tensor(_load_input(trace, a, i, arg_of))
                 elif isinstance(a, Tensor):
                     trace.note_readable(a)   # its values are part of the signature
                 elif _holds_float_arrays(a):
@@ -394,6 +399,9 @@ class Compiled:
                        "only positional float arrays are replay inputs; keyword ones would be "
                        "frozen. Pass them as positional arguments.")
             out, aux = F.call_for_value(fun, call_args, kwargs, has_aux, kind)
+            aux, aux_marks = F.aux_for_trace(aux)
+            F.check_not_nested((), {}, kind, [out, *F._tensors_in(aux)],
+                               {id(leaf) for leaf in leaves.values()}, trace.tape.serial)
             if not (isinstance(out, Tensor) and out._tape is trace.tape):
                 refuse("a function whose value does not depend on its arguments",
                        "there is nothing to replay.")
@@ -411,6 +419,7 @@ class Compiled:
         entry = _Entry(frozen, output, functional=(out._dtype.arena, out._off, nums, single, differentiated,
                                                    {i: (leaves[i]._shape, leaves[i]._dtype.np) for i in leaves},
                                                    slots))
+        entry.aux_marks = aux_marks
         if len(args) == 1 and not kwargs and not has_aux and type(args[0]) is np.ndarray:
             self._one_array = _one_array_call(entry, args[0], kind)
         values = [None] * len(args)
@@ -453,7 +462,10 @@ class Compiled:
                 ad, aoff, n, shape = slot
                 grads.append(tape.adj[ad][aoff:aoff + n].reshape(shape).copy())
         grads = grads[0] if single else tuple(grads)
-        aux = entry.output.build(frozen, [None] * len(values)) if has_aux else None
+        aux = None
+        if has_aux:
+            from tapejit.functional import aux_from_trace
+            aux = aux_from_trace(entry.output.build(frozen, [None] * len(values)), entry.aux_marks)
         if kind == "grad":
             return (grads, aux) if has_aux else grads
         return ((value, aux) if has_aux else value), grads
