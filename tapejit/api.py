@@ -96,7 +96,9 @@ def type_name(x):
 
 def argument_error(fn, name, position, value, kind):
     where = f" (position {position})" if position else ""
-    return TypeError(f"{fn}(): argument '{name}'{where} must be {kind}, not {type_name(value)}")
+    hint = getattr(type(value), "not_a_tensor_hint", None)   # NumPy mode's traced arrays
+    return TypeError(f"{fn}(): argument '{name}'{where} must be {kind}, not {type_name(value)}"
+                     + (f". {hint}" if hint else ""))
 
 
 def _reject(value, fn, name, position, kind):
