@@ -331,11 +331,12 @@ def _cast_backward(tape, r, retain):
     if a < 0:
         return
     g = tape.adj[dst][out:out + n]
-    if tape.flags[src][a]:
-        tape.adj[src][a:a + n] += g
-    else:
-        tape.adj[src][a:a + n] = g
-        tape.flags[src][a] = 1
+    with np.errstate(over="ignore"):   # a float64 gradient past float32's range is inf, as torch's
+        if tape.flags[src][a]:
+            tape.adj[src][a:a + n] += g
+        else:
+            tape.adj[src][a:a + n] = g
+            tape.flags[src][a] = 1
 
 
 def _at_stop(tape, items, target_ids, found, accumulate, retain):
