@@ -641,3 +641,39 @@ def test_random_init_of_an_integer_tensor_raises_as_torch(init, kernel):
     # samples written into an int64 tensor would be truncated silently.
     with pytest.raises(NotImplementedError, match=f'"{kernel}" not implemented for \'Long\''):
         getattr(tj.nn.init, init)(tj.zeros(3, dtype=tj.int64))
+
+
+# ---- dtype= arguments are dtypes -------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1.0, 2.0]).sum(dtype='float64')", "L.sum(L.tensor([1.0, 2.0]), 0, dtype='float64')",
+    "L.tensor([1.0, 2.0]).mean(dtype='float64')", "L.tensor([1.0, 2.0]).prod(dtype='float64')",
+    "L.tensor([1.0, 2.0]).norm(dtype='float64')", "L.tensor([1.0, 2.0]).cumsum(0, dtype='float64')",
+    "L.tensor([1.0, 2.0]).softmax(0, dtype='float64')", "L.tensor([1.0, 2.0]).log_softmax(0, dtype='float64')",
+    "L.nn.functional.softmax(L.tensor([1.0, 2.0]), 0, dtype='float64')", "L.tensor([1.0, 2.0]).sum(dtype=3)",
+])
+def test_a_dtype_argument_that_is_not_a_dtype_is_a_type_error(source):
+    # torch 2.13: TypeError ("argument 'dtype' must be torch.dtype, not str"); a string was
+    # read as a device here (RuntimeError)
+    assert _same_as_torch(source) == ("raise", TypeError)
+
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1.0, 2.0]).sum(dtype=L.float64)", "L.tensor([1.0, 2.0]).mean(1 - 1, dtype=L.float64)",
+    "L.tensor([1.0, 2.0]).prod(dtype=L.float64)", "L.tensor([3.0, 4.0]).norm(dtype=L.float64)",
+    "L.tensor([1, 2]).sum(dtype=L.float32)", "L.tensor([True, True]).cumsum(0)",
+    "L.tensor([1, 2]).cumsum(0, dtype=L.float64)", "L.tensor([1.0, 2.0]).sum(dtype=float)",
+    "L.tensor([0.0, 0.0]).softmax(0, dtype=L.float64)",
+])
+def test_a_dtype_argument_computes_in_that_dtype(source):
+    _same_as_torch(source)
+
+
+def test_a_reduction_in_float64_of_a_float32_tensor_has_a_float32_gradient():
+    # torch 2.13: sum(dtype=torch.float64) is float64, the leaf's gradient float32
+    for lib in (tj, pytest.importorskip("torch")):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        y = x.sum(dtype=lib.float64)
+        y.backward()
+        assert (str(y.dtype), str(x.grad.dtype), x.grad.tolist()) == (
+            f"{lib.__name__}.float64", f"{lib.__name__}.float32", [1.0, 1.0])
