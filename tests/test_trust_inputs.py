@@ -677,3 +677,44 @@ def test_a_reduction_in_float64_of_a_float32_tensor_has_a_float32_gradient():
         y.backward()
         assert (str(y.dtype), str(x.grad.dtype), x.grad.tolist()) == (
             f"{lib.__name__}.float64", f"{lib.__name__}.float32", [1.0, 1.0])
+
+
+# ---- nn.functional and in-place methods name the argument that is not a tensor -------------------
+
+@pytest.mark.parametrize("source", [
+    "L.nn.functional.relu(None)", "L.nn.functional.relu('a', inplace=True)", "L.nn.functional.leaky_relu(None)",
+    "L.nn.functional.silu(None)", "L.nn.functional.elu(None)", "L.nn.functional.gelu(None)",
+    "L.nn.functional.softplus(None)", "L.nn.functional.softplus('a', beta=2.0)",
+    "L.nn.functional.linear(None, L.ones(2, 2))", "L.nn.functional.linear(L.ones(2, 2), None)",
+    "L.nn.functional.linear(L.ones(2, 2), L.ones(2, 2), 'b')", "L.nn.functional.dropout(None, training=False)",
+    "L.nn.functional.layer_norm(None, [2])", "L.nn.functional.layer_norm(L.ones(2, 2), [2], 'w')",
+    "L.nn.functional.embedding(L.tensor([0]), None)", "L.nn.functional.embedding(None, L.ones(2, 2))",
+    "L.nn.functional.one_hot(None)", "L.nn.functional.cross_entropy(None, L.tensor([0]))",
+    "L.nn.functional.nll_loss(None, L.tensor([0]))",
+])
+def test_nn_functional_refuses_a_non_tensor_with_torchs_type_error(source):
+    # torch 2.13: TypeError "<fn>(): argument '<name>' (position k) must be Tensor, not ..."
+    # (these raised AttributeError on an internal attribute)
+    assert _same_as_torch(source) == ("raise", TypeError)
+
+
+@pytest.mark.parametrize("source", [
+    "L.nn.functional.sigmoid(None)", "L.nn.functional.tanh(None)", "L.nn.functional.softmax('a', 0)",
+    "L.nn.functional.log_softmax(None, 0)", "L.nn.functional.normalize(None)",
+])
+def test_nn_functional_written_on_tensor_methods_raises_attribute_error_as_torch(source):
+    # torch 2.13 implements these in Python on the tensor's methods: AttributeError
+    assert _same_as_torch(source) == ("raise", AttributeError)
+
+
+def test_nn_functional_type_errors_name_the_function_and_argument():
+    F = tj.nn.functional
+    cases = [(lambda: F.relu(None), "relu(): argument 'input' (position 1) must be Tensor, not NoneType"),
+             (lambda: F.softplus("a"), "softplus(): argument 'input' (position 1) must be Tensor, not str"),
+             (lambda: F.linear(tj.ones(2, 2), None), "linear(): argument 'weight' (position 2) must be Tensor"),
+             (lambda: F.embedding(tj.tensor([0]), None), "embedding(): argument 'weight' (position 1)"),
+             (lambda: F.embedding(None, tj.ones(2, 2)), "embedding(): argument 'indices' (position 2)")]
+    for call, text in cases:   # torch 2.13's messages
+        with pytest.raises(TypeError) as info:
+            call()
+        assert text in str(info.value)
