@@ -398,6 +398,9 @@ def in_place(name, fn):
         return apply_inplace(input, lambda: fn(input, *args, **kwargs), name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``{fn.__name__}`` in place."
+    # fn's parameters, for inspect.signature: api.install's front end then checks them as
+    # fn's own, naming this method ("add_(): argument 'other' ...")
+    method.__wrapped__ = fn
     return method
 
 

@@ -718,3 +718,13 @@ def test_nn_functional_type_errors_name_the_function_and_argument():
         with pytest.raises(TypeError) as info:
             call()
         assert text in str(info.value)
+
+
+@pytest.mark.parametrize("method", ["add_", "sub_", "mul_", "div_", "pow_"])
+def test_an_in_place_method_names_itself_for_a_non_tensor(method):
+    # torch 2.13: TypeError "add_(): argument 'other' (position 1) must be Tensor, not NoneType"
+    _raises_like_torch(f"L.zeros(2).{method}(None)")
+    with pytest.raises(TypeError, match=rf"^{method}\(\): argument '(other|exponent)' \(position 1\)"):
+        getattr(tj.zeros(2), method)(None)
+    # the method has the out-of-place function's parameters (help(), inspect)
+    assert ("exponent" if method == "pow_" else "other") in inspect.signature(getattr(tj.Tensor, method)).parameters
