@@ -17,6 +17,7 @@ import numpy as np
 
 from tapejit import chunked, registry
 from tapejit.ops.core import CAST
+from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
@@ -122,6 +123,8 @@ def _backward_scalar(root, leaves=None):
         tape.flush()
         if tape.broken is not None:
             tape.check_computed(root)
+        if tape is not state.tape:
+            note_writes_since_loads(tape)
         if tape.stale is not None:
             _refresh_stale(tape)
         tape.ensure_adjoints()
@@ -235,6 +238,8 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
 
 def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed):
     tape.flush()
+    if tape is not state.tape:
+        note_writes_since_loads(tape)
     if tape.broken is not None:
         for t, _ in w.seeds:
             tape.check_computed(t)
