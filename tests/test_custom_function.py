@@ -262,3 +262,60 @@ def test_same_function_in_torch_gives_the_same_gradients():
         results.append((a.grad.numpy(), b.grad.numpy()))
     for mine, theirs in zip(*results):
         np.testing.assert_allclose(mine, theirs, rtol=1e-13)
+
+
+# ---- one gradient per output, as torch ---------------------------------------------------------
+
+def _received(lib, materialize, kinds):
+    """What backward receives for forward's outputs of ``kinds`` when only the
+    differentiable output "d" is used: per output None or (dtype name, values)."""
+    got = []
+
+    class Fn(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.set_materialize_grads(materialize)
+            outs = []
+            for k in kinds:
+                if k == "marked":
+                    x = a * 1
+                    ctx.mark_non_differentiable(x)
+                    outs.append(x)
+                elif k == "d":
+                    outs.append(b * 2)
+                elif k == "int":
+                    outs.append(lib.tensor([1, 2]))
+                elif k == "python":
+                    outs.append(3)
+                elif k == "unused":
+                    outs.append(a * 3)
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            got.extend(None if g is None else (str(g.dtype).split(".")[-1], g.tolist()) for g in grads)
+            return None, lib.ones(2)
+
+    a = lib.ones(2, requires_grad=True)
+    b = lib.ones(2, requires_grad=True)
+    outs = Fn.apply(a, b)
+    outs[kinds.index("d")].sum().backward()
+    return got
+
+
+@pytest.mark.parametrize("materialize", [True, False])
+@pytest.mark.parametrize("kinds", [("marked", "d"), ("d", "marked"), ("d", "int"), ("d", "python"),
+                                   ("d", "unused"), ("marked", "d", "unused")])
+def test_backward_receives_one_gradient_per_output(materialize, kinds):
+    # torch 2.13: zeros (of the output's dtype) for a non-differentiable or unused tensor
+    # output, None for them with set_materialize_grads(False), None for a non-tensor output
+    zeros_or_none = {"float32": ("float32", [0.0, 0.0]), "int64": ("int64", [0, 0])}
+    expected = {
+        "d": ("float32", [1.0, 1.0]), "python": None,
+        "marked": zeros_or_none["float32"] if materialize else None,
+        "unused": zeros_or_none["float32"] if materialize else None,
+        "int": zeros_or_none["int64"] if materialize else None,
+    }
+    assert _received(tj, materialize, kinds) == [expected[k] for k in kinds]
+    torch = pytest.importorskip("torch")
+    assert _received(torch, materialize, kinds) == [expected[k] for k in kinds]
