@@ -319,3 +319,70 @@ def test_backward_receives_one_gradient_per_output(materialize, kinds):
     assert _received(tj, materialize, kinds) == [expected[k] for k in kinds]
     torch = pytest.importorskip("torch")
     assert _received(torch, materialize, kinds) == [expected[k] for k in kinds]
+
+
+# ---- autograd.grad runs only the backwards on a path to its inputs -----------------------------
+
+def _called_backwards(lib):
+    calls = []
+
+    class Tag(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, name):
+            ctx.name = name
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            calls.append(ctx.name)
+            return g, None
+
+    w = lib.tensor([1.0, 2.0], requires_grad=True)
+    v = lib.tensor([3.0, 4.0], requires_grad=True)
+    a = Tag.apply(v * 2, "v")
+    b = Tag.apply(w * 3, "w")
+    c = Tag.apply(a * b, "both")
+    out = (c + Tag.apply(v, "v only")).sum()
+    results = []
+    for inputs in ([w], [v], [w, v]):
+        grads = lib.autograd.grad(out, inputs, retain_graph=True)
+        results.append(([g.tolist() for g in grads], sorted(calls)))
+        calls.clear()
+    out.backward(inputs=[w], retain_graph=True)
+    results.append(([w.grad.tolist()], sorted(calls)))
+    calls.clear()
+    out.backward()
+    results.append(([], sorted(calls)))
+    return results
+
+
+def test_autograd_grad_runs_only_the_custom_backwards_its_inputs_need():
+    # torch 2.13's engine runs only the nodes on a path from the outputs to the inputs
+    expected = [
+        ([[18.0, 24.0]], ["both", "w"]),
+        ([[7.0, 13.0]], ["both", "v", "v only"]),
+        ([[18.0, 24.0], [7.0, 13.0]], ["both", "v", "v only", "w"]),
+        ([[18.0, 24.0]], ["both", "w"]),
+        ([], ["both", "v", "v only", "w"]),
+    ]
+    assert _called_backwards(tj) == expected
+    torch = pytest.importorskip("torch")
+    assert _called_backwards(torch) == expected
+
+
+def test_autograd_grad_of_a_parameter_does_not_fire_a_full_backward_hook_it_does_not_need():
+    # torch 2.13: with an input requiring grad, grad(y, [weight]) does not run the module's
+    # input-side hook Function, so the full backward hook does not fire; grad(y, [x]) does
+    def fired(lib):
+        lin = lib.nn.Linear(2, 2)
+        seen = []
+        lin.register_full_backward_hook(lambda m, gi, go: seen.append(len(gi)))
+        x = lib.ones(1, 2, requires_grad=True)
+        y = lin(x).sum()
+        lib.autograd.grad(y, [lin.weight], retain_graph=True)
+        before = list(seen)
+        lib.autograd.grad(y, [x])
+        return before, seen
+    assert fired(tj) == ([], [1])
+    torch = pytest.importorskip("torch")
+    assert fired(torch) == ([], [1])

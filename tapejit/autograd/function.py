@@ -103,9 +103,10 @@ class BackwardFunction:
 
     # ---- called by the engine ------------------------------------------------------------
 
-    def run_backward(self, tape, retain):
+    def run_backward(self, tape, retain, needed=True):
         """Hand the outputs' adjoints to ``backward`` and add its results into the inputs'
-        slots.  Does nothing when no output received a gradient."""
+        slots.  Does nothing when no output received a gradient, or when not ``needed`` (no
+        input leads to what ``autograd.grad`` asked for) but drop the outputs' gradients."""
         grads = []
         received = False
         for arena, off, shape, dt in self._outputs:
@@ -113,10 +114,11 @@ class BackwardFunction:
             if flags[off]:
                 flags[off] = 0
                 received = True
-                grads.append(_concrete(tape.adj[arena][off:off + _size(shape)].reshape(shape).copy()))
-            else:
+                if needed:
+                    grads.append(_concrete(tape.adj[arena][off:off + _size(shape)].reshape(shape).copy()))
+            elif needed:
                 grads.append(_concrete(np.zeros(shape, dt.np)) if self._materialize else None)
-        if not received:
+        if not received or not needed:
             return
         if self._freed:
             from tapejit.engine import FREED
