@@ -728,3 +728,35 @@ def test_an_in_place_method_names_itself_for_a_non_tensor(method):
         getattr(tj.zeros(2), method)(None)
     # the method has the out-of-place function's parameters (help(), inspect)
     assert ("exponent" if method == "pow_" else "other") in inspect.signature(getattr(tj.Tensor, method)).parameters
+
+
+# ---- unflatten --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, sizes", [
+    (1, (3, 5)), (1, (-1, 3)), (2, (2, 5)), (-3, (2, 5)), (1, (-1, -1)), (1, ()), (1, (2, -2)),
+    (1, (0, -1)), (1, (3.0, 5)), (1, (True, 10)), (1, 10), (1, [2, 5]), (-1, (5, -1)), (0, (1, 2)),
+])
+def test_unflatten_checks_as_torch(dim, sizes):
+    _same_as_torch(f"L.zeros(2, 10).unflatten({dim}, {sizes!r})")
+
+
+def test_unflatten_messages_are_torchs():
+    x = tj.zeros(2, 10)
+    cases = [  # torch 2.13's texts
+        ((1, (3, 5)), RuntimeError,
+         "unflatten: Provided sizes [3, 5] don't multiply up to the size of dim 1 (10) in the input tensor"),
+        ((2, (2, 5)), IndexError, "Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+        ((1, ()), RuntimeError, "unflatten: sizes must be non-empty"),
+        ((1, (-1, -1)), RuntimeError, "only one dimension can be inferred"),
+        ((1, (2, -2)), RuntimeError, "invalid shape dimension -2 at index 1 of shape [2, -2]"),
+        ((1, (3.0, 5)), TypeError, "unflatten(): argument 'sizes' (position 2) must be tuple of ints, but found "
+                                   "element of type float at pos 0"),
+    ]
+    for args, kind, text in cases:
+        with pytest.raises(kind) as info:
+            x.unflatten(*args)
+        assert text in str(info.value)
+    with pytest.raises(RuntimeError, match="Dimension specified as 0 but tensor has no dimensions"):
+        tj.zeros(()).unflatten(0, (1,))
+    with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements into shape \\[0, -1\\]"):
+        tj.zeros(0, 3).unflatten(0, (0, -1))
