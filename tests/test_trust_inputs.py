@@ -760,3 +760,27 @@ def test_unflatten_messages_are_torchs():
         tj.zeros(()).unflatten(0, (1,))
     with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements into shape \\[0, -1\\]"):
         tj.zeros(0, 3).unflatten(0, (0, -1))
+
+
+# ---- int64 arithmetic with Python ints beyond int64 ---------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1, 2]) + 2**63", "2**63 + L.tensor([1, 2])", "L.tensor([1, 2]) - 2**63", "2**63 - L.tensor([1, 2])",
+    "L.tensor([1, 2]) * 2**63", "L.tensor([1, 2]).add(L.tensor([1, 2]), alpha=2**63)",
+    "L.tensor([1, 2]).add_(2**63)", "L.tensor([1, 2]) + (-2**63 - 1)", "L.tensor([True]) + 2**63",
+])
+def test_an_int_beyond_int64_with_an_int_tensor_raises(source):
+    # torch 2.13 reads an int in [2**63, 2**64) as uint64 wrapped to a negative int64 (its
+    # x + 2**63 equals x - 2**63, and x < 2**63 is False) and raises OverflowError or
+    # RuntimeError beyond; tapejit refuses every int int64 cannot hold (OverflowError,
+    # torch's type for "int too big to convert"), never a wrapped value
+    with pytest.raises(OverflowError, match="does not fit in int64"):
+        eval(source, {"L": tj})   # noqa: S307 - the test's own text
+
+
+def test_int64_limits_and_comparisons_with_big_ints_stay_exact():
+    x = tj.tensor([1, 2])
+    assert (x + (2**63 - 1)).tolist() == [-2**63, -2**63 + 1]   # int64 wraps, as torch's (its own overflow)
+    assert (x - (2**63 - 1)).tolist() == [-2**63 + 2, -2**63 + 3]
+    assert (x < 2**63).tolist() == [True, True]     # exact (torch 2.13 says False: the wrapped value)
+    assert (x.float() + 2**63).dtype == tj.float32   # a float tensor takes it as a float, as torch
