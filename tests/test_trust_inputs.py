@@ -784,3 +784,22 @@ def test_int64_limits_and_comparisons_with_big_ints_stay_exact():
     assert (x - (2**63 - 1)).tolist() == [-2**63 + 2, -2**63 + 3]
     assert (x < 2**63).tolist() == [True, True]     # exact (torch 2.13 says False: the wrapped value)
     assert (x.float() + 2**63).dtype == tj.float32   # a float tensor takes it as a float, as torch
+
+
+# ---- a tensor's array has its dtype ------------------------------------------------------------
+
+@pytest.mark.parametrize("np_dtype, tapejit_dtype", [
+    ("float16", "float32"), ("int32", "int64"), ("uint8", "int64"), (">f8", "float64"), ("int8", "int64"),
+])
+def test_an_array_of_another_dtype_becomes_a_tensor_of_the_dtype_holding_it(np_dtype, tapejit_dtype):
+    from tapejit.tensor import _concrete
+    t = _concrete(np.array([1, 2], np_dtype))
+    assert t.dtype == getattr(tj, tapejit_dtype) and t._data.dtype == t.dtype.np
+    assert (t * 2).tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("np_dtype", ["uint64", "complex128", "longdouble", "U1"])
+def test_an_array_no_dtype_holds_is_refused(np_dtype):
+    from tapejit.tensor import _concrete
+    with pytest.raises(TypeError, match="no such dtype"):
+        _concrete(np.zeros(2, np_dtype))
