@@ -909,3 +909,17 @@ def test_a_graph_marked_at_backward_stays_marked():
     for _ in range(2):   # torch 2.13: each backward raises (the second one found the mark, not the version)
         with pytest.raises(RuntimeError, match=_INPLACE_ERROR):
             loss.backward(retain_graph=True)
+
+
+# ---- parameters are full leaves -----------------------------------------------------------------
+
+def test_a_parameter_has_its_version_grad_and_hooks_set():
+    # unset slots make every getattr(p, "_version", 0) on a load raise and catch AttributeError
+    p = tj.nn.Parameter(tj.ones(3))
+    assert (p._version, p._grad, p._hooks) == (0, None, None)
+    assert p._version_counter == 0 and p.grad is None
+    with tj.no_grad():
+        p.add_(1.0)
+    assert p._version == 1
+    lin = tj.nn.Linear(2, 2)   # (its initialisation writes each parameter in place)
+    assert all(hasattr(q, "_version") and q._grad is None and hasattr(q, "_hooks") for q in lin.parameters())
