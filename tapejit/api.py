@@ -57,6 +57,8 @@ _KIND_EXCEPTIONS = {
     ("where", "input"): OPERAND,      # tj.where(c, 1.0, x)
     ("view_as", "other"): TENSOR, ("reshape_as", "other"): TENSOR,
     ("expand_as", "other"): TENSOR, ("equal", "other"): TENSOR,
+    ("linear", "weight"): TENSOR, ("linear", "bias"): TENSOR,             # nn.functional's
+    ("layer_norm", "weight"): TENSOR, ("layer_norm", "bias"): TENSOR,
 }
 
 _BINARY_OPERATORS = {
