@@ -270,7 +270,7 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
             else:
                 _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
-                                         tape.floats[kind], retain))
+                                         tape.floats[kind], retain, sw.table(kind)))
             _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain, skipped)
     except BaseException:
         for f in tape.flags:
@@ -300,7 +300,7 @@ def _sweep_checking_nan(tape, sw, start, end, d, retain, sizes):
         if not flags[rec[r, 1]]:
             continue
         _check(tape, sw.backward(rec, r, r + 1, tape.vals[d], tape.adj[d], flags, tape.freed,
-                                 tape.ints, tape.floats[d], retain))
+                                 tape.ints, tape.floats[d], retain, sw.table(d)))
         _check_nan(tape, r, d, sizes)
 
 

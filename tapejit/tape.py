@@ -41,7 +41,7 @@ import weakref
 
 import numpy as np
 
-from tapejit import _numba_load, chunked, registry
+from tapejit import chunked, registry
 from tapejit._jit import sweep
 
 _ARENA_DTYPES = (np.float64, np.float32)
@@ -76,28 +76,19 @@ class _ProcessModes:
 
 modes = _ProcessModes()
 _serial = [0]
-# Op groups this process has compiled sweeps for; it only grows, so a process loads a
-# handful of sweep variants at most.  TAPEJIT_SWEEP_GROUPS=all starts with everything.
-_process = {"groups": -1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0, "module": None}
+# The compiled sweeps (``codegen.Sweeps``), made on first use.
+_process = {"sweeps": None}
 
 
-_LINALG = 1 << registry.GROUPS.index("linalg")
-
-
-def sweeps(mask):
-    """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
-    current = _process["groups"]
-    if mask & current == mask and _process["module"] is not None:
-        return _process["module"]
-    from tapejit.codegen import load_sweeps
-    everything = (1 << len(registry.GROUPS)) - 1
-    mask = (mask | current) & everything
-    if mask & _LINALG:   # matrix products: Numba's BLAS check (tapejit/_numba_load.py)
-        _numba_load.ensure_blas()
-    module = load_sweeps(mask)
-    _process["groups"] = mask
-    _process["module"] = module
-    return module
+def sweeps(mask=0):
+    """The compiled sweeps' entry points and their tables of compiled op sweeps
+    (``sw.table(d)``).  Nothing is loaded ahead for the op groups ``mask`` a tape uses: each
+    op's code is loaded or compiled, per arena dtype, when a sweep first meets the op."""
+    found = _process["sweeps"]
+    if found is None:
+        from tapejit.codegen import Sweeps
+        found = _process["sweeps"] = Sweeps(_ARENA_DTYPES)
+    return found
 
 
 class Tape:
@@ -343,7 +334,7 @@ class Tape:
         runs, _ = self.unkept
         sw = sweeps(self.groups)
         for start, end, d in runs:
-            sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d])
+            sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d], sw.table(d))
         self.unkept = None   # after: another thread may be reading (``value``)
 
     def value(self, t):

@@ -139,7 +139,8 @@ class Frozen:
         if self._fast is not None:
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
             self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
-                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d])
+                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d],
+                               self.sweeps.table(d))
 
     def deliveries(self, seeds, only=None):
         """``[(arena, off, n, shape, arg index or None, leaf or None)]``: the leaves a backward
