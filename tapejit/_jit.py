@@ -26,31 +26,33 @@ def rule(fn):
     return fn
 
 
+# Called only from compiled code: no Python wrapper to compile.
+_CALLEE = dict(no_cpython_wrapper=True, no_cfunc_wrapper=True, **_COMMON)
+
+
 def helper(fn):
     """A small compiled function that kernels and sweeps call (accumulation, flags)."""
-    return njit(**_COMMON)(fn)
+    return njit(**_CALLEE)(fn)
 
 
 def kernel(fn):
-    """A whole-record kernel (matmul, reductions, data movement), compiled with the sweeps.
+    """A whole-record kernel (matmul, reductions, data movement), compiled in its op's sweeps.
 
     Applied twice: in the op module it only marks the function (``py_func``, as on a
     dispatcher); the generated sweep module applies it again to a marked function and gets
-    the compiled kernel.  So importing tapejit builds no dispatcher per kernel."""
+    a dispatcher that Numba inlines into the op's sweep (tapejit/codegen.py): compiled on
+    its own and then linked in, a kernel's code would be compiled twice."""
     if getattr(fn, "py_func", None) is fn:
-        if getattr(fn, "inline_always", False):
-            return njit(inline="always", **_COMMON)(fn)
-        return njit(**_COMMON)(fn)
+        return njit(inline="always", **_CALLEE)(fn)
     fn.py_func = fn
     return fn
 
 
 def small_kernel(fn):
-    """A ``kernel`` run once per record in scalar graphs (copies, stack, small softmax):
-    inlined into the sweep at its one call site, where a call costs as much as its work."""
-    fn = kernel(fn)
-    fn.inline_always = True
-    return fn
+    """A ``kernel`` run once per record in scalar graphs (copies, stack, small softmax).
+    Every kernel is inlined into its op's sweep, so this is ``kernel`` (the op modules name
+    both, for the reader)."""
+    return kernel(fn)
 
 
 def sweep(fn):
@@ -65,27 +67,25 @@ def parallel_sweep(fn):
     return disk_cached(njit(parallel=True, **_COMMON)(fn))
 
 
-# ---- op-group functions, called through their addresses ---------------------------------
+# ---- op sweeps, called through their addresses ------------------------------------------
 #
-# tapejit/codegen.py compiles each op group's sweeps on their own (``group_function``) and
-# the entry points that Python calls (``sweep``) apart from them: an entry point walks the
-# records and calls, for each run of records of one group, that group's function through
-# its address, read from a table that Python fills as groups are loaded.  A caller compiled
-# by Numba links in the code of every function it calls and optimises and compiles it
-# again; called through an address, a group's code is compiled once, cached once, and a
-# new group compiles only itself.  The call passes one pointer to a ``frame`` (the arrays'
-# data addresses and shapes) instead of the arrays, whose fields would be dozens of
-# arguments per call.
+# tapejit/codegen.py compiles each op's sweep over a run of its records on its own
+# (``op_sweep``), apart from the entry points that Python calls (``sweep``): an entry point
+# walks the records and calls, for each run, its op's sweep through the address a table
+# holds.  A caller compiled by Numba links in the code of every function it calls directly,
+# then optimises and compiles it again; called through an address, an op's code is compiled
+# once, cached once, and a new op compiles only itself.  The call passes one pointer to a
+# ``frame`` (the arrays' data addresses and shapes) instead of the arrays, whose fields
+# would be dozens of arguments per call.
 
-def group_function(fn):
-    """An op group's sweep over a run of its records, ``(frame, r, end, zero) -> next r``:
-    cached on disk; called only through its address (``address``), so it has no Python
-    wrapper."""
+def op_sweep(fn):
+    """An op's sweep over a run of its records, ``(frame, r, end, zero) -> next r``: cached
+    on disk; called only through its address (``address``), so it has no Python wrapper."""
     return disk_cached(njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, **_COMMON)(fn))
 
 
-def group_signature(dtype):
-    """The argument types of a ``group_function`` for arena values of NumPy ``dtype``."""
+def op_sweep_signature(dtype):
+    """The argument types of an ``op_sweep`` for arena values of NumPy ``dtype``."""
     return (types.CPointer(types.int64), types.int64, types.int64, numpy_support.from_dtype(dtype))
 
 
@@ -99,7 +99,7 @@ def address(dispatcher, args):
 
 @intrinsic
 def frame(typingctx, items):
-    """A stack array of int64 for a ``group_function``: for each array in tuple ``items``
+    """A stack array of int64 for an ``op_sweep``: for each array in tuple ``items``
     (C-contiguous, so that a data address and a shape describe it) its data address then
     its shape, and for each integer or boolean its value."""
     for ty in items.types:
@@ -145,7 +145,7 @@ def pointer(typingctx, address, like):
 
 @intrinsic
 def call(typingctx, address, args):
-    """Call the ``group_function`` compiled at integer ``address`` with the tuple ``args``
+    """Call the ``op_sweep`` compiled at integer ``address`` with the tuple ``args``
     (a frame, two record indices, a zero of the arena's dtype), as Numba calls a compiled
     function (its calling convention: an exception it raises propagates).  Returns its
     int64 result."""
@@ -153,7 +153,7 @@ def call(typingctx, address, args):
     given = list(args.types)
     if (len(given) != 4 or given[0] != wanted[0] or not all(isinstance(t, types.Integer) for t in given[1:3])
             or given[3] not in (types.float32, types.float64)):
-        raise errors.TypingError(f"call: a group function takes (frame, int, int, zero), got {args}")
+        raise errors.TypingError(f"call: an op sweep takes (frame, int, int, zero), got {args}")
     argtypes = wanted + [given[3]]
 
     def codegen(context, builder, signature, llargs):

@@ -451,7 +451,7 @@ def _backward_run(tape, sw, run, d, retain):
     freeds = np.repeat(freed[None, start:end], k, axis=0)
     status = np.empty(k, np.int64)
     _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status,
-                sw.chunk_table(d), apart=bool(slices) and shares > 1)
+                sw.table(d), apart=bool(slices) and shares > 1)
     flags[mirrors] = 0
     flags[in_place] = 0
     if total is not None:
