@@ -59,9 +59,9 @@ BY_NAME: dict = {}
 
 # "sum" (sum and mean: every loss) is apart from "reduce" (max, prod, norm, logsumexp, ...)
 # so that a typical program's first gradient does not compile the rarer reductions.
-GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum")
+GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "conv")
 _MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
-                 "linalg": "linalg", "activation": "activation", "unary": "math"}
+                 "linalg": "linalg", "activation": "activation", "unary": "math", "conv": "conv", "pool": "conv"}
 
 
 def _register(op):

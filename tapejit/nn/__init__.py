@@ -29,6 +29,21 @@ from tapejit.nn.loss import (
            NLLLoss,
 )
 from tapejit.nn.module import Module
+from tapejit.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from tapejit.nn.pooling import (
+           AdaptiveAvgPool1d,
+           AdaptiveAvgPool2d,
+           AdaptiveMaxPool1d,
+           AdaptiveMaxPool2d,
+           AvgPool1d,
+           AvgPool2d,
+           Dropout2d,
+           MaxPool1d,
+           MaxPool2d,
+           Upsample,
+           UpsamplingBilinear2d,
+           UpsamplingNearest2d,
+)
 from tapejit.nn import hooks  # noqa: F401
 from tapejit.nn.parameter import Parameter
 from tapejit.nn import utils  # noqa: F401
@@ -66,4 +81,20 @@ __all__ = [
            "Unflatten",
            "functional",
            "init",
+           "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d",
+           "AdaptiveMaxPool1d",
+           "AdaptiveMaxPool2d",
+           "AvgPool1d",
+           "AvgPool2d",
+           "Conv1d",
+           "Conv2d",
+           "ConvTranspose1d",
+           "ConvTranspose2d",
+           "Dropout2d",
+           "MaxPool1d",
+           "MaxPool2d",
+           "Upsample",
+           "UpsamplingBilinear2d",
+           "UpsamplingNearest2d",
 ]

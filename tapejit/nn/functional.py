@@ -153,3 +153,63 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if bias is not None:
         out = bias + out
     return out
+
+
+# ---- convolution, pooling, upsampling (their ops: tapejit/ops/conv.py, tapejit/ops/pool.py) ----
+from tapejit.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402
+from tapejit.ops.pool import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    interpolate,
+    max_pool1d,
+    max_pool2d,
+)
+
+__all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+            "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "dropout2d",
+            "interpolate", "max_pool1d", "max_pool2d"]
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels (``input[n, c]``) with probability ``p`` and scale the rest by
+    ``1/(1-p)``: a multiply by a constant ``(N, C, 1, 1)`` mask (grad_fn ``MulBackward0``, as
+    torch).  A 3-d input is taken as ``(N, C, L)``, with torch's warnings for other ranks."""
+    import warnings
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    ndim = len(input._shape)
+    if ndim not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {ndim}-D input to dropout2d, which is deprecated and will result in an "
+                      "error in a future release. To retain the behavior and silence this warning, please use dropout "
+                      "instead. Note that dropout2d exists to provide channel-wise dropout on inputs with 2 spatial "
+                      "dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D inputs).",
+                      stacklevel=2)
+    if ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
+                      "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior "
+                      "will change in a future release to interpret the input as one without a batch dimension, i.e. "
+                      "shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using "
+                      "dropout1d instead.", stacklevel=2)
+    if not training or p == 0.0 or input._numel == 0:
+        return input
+    if ndim < 2:
+        raise RuntimeError(f"Feature dropout requires at least 2 dimensions in the input (got input of size "
+                           f"{list(input._shape)})")
+    if not input._dtype.is_floating_point:
+        name = dtypes.SCALAR_TYPE_NAMES[dtypes.get_default_dtype().name]
+        raise RuntimeError(f"result type {name} can't be cast to the desired output type "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}")
+    dt = input._dtype
+    keep = 1.0 - p
+    shape = tuple(input._shape[:2]) + (1,) * (ndim - 2)
+    if keep == 0.0:
+        mask = np.zeros(shape, dt.np)
+    else:
+        mask = (_rng().random(shape) < keep).astype(dt.np) * dt.np.type(1.0 / keep)
+    if inplace:
+        return input.mul_(_concrete(mask))
+    return input * _concrete(mask)

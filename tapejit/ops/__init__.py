@@ -7,4 +7,6 @@ from tapejit.ops import (  # noqa: F401
     reduce,
     linalg,
     activation,
+    conv,
+    pool,
 )
