@@ -11,16 +11,13 @@ from tapejit.nn import init
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
 from tapejit.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
-from tapejit.tensor import _concrete
+from tapejit.tensor import Size, _concrete
 
 
 def _ntuple(value, n):
     if isinstance(value, (tuple, list)):
         return tuple(value)
     return (value,) * n
-
-
-_PADDING_MODES = {"zeros", "reflect", "replicate", "circular"}
 
 
 class _ConvNd(Module):
@@ -35,14 +32,16 @@ class _ConvNd(Module):
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups != 0:
             raise ValueError("out_channels must be divisible by groups")
+        # torch prints these sets as Python orders them (so the message may vary between runs)
+        valid_padding_strings = {"same", "valid"}
         if isinstance(padding, str):
-            if padding not in ("same", "valid"):
-                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+            if padding not in valid_padding_strings:
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {valid_padding_strings}")
             if padding == "same" and any(s != 1 for s in stride):
                 raise ValueError("padding='same' is not supported for strided convolutions")
-        if padding_mode not in _PADDING_MODES:
-            raise ValueError(f"padding_mode must be one of {{'replicate', 'reflect', 'zeros', 'circular'}}, but got "
-                             f"padding_mode='{padding_mode}'")
+        valid_padding_modes = {"zeros", "reflect", "replicate", "circular"}
+        if padding_mode not in valid_padding_modes:
+            raise ValueError(f"padding_mode must be one of {valid_padding_modes}, but got padding_mode='{padding_mode}'")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = kernel_size
@@ -85,11 +84,13 @@ class _ConvNd(Module):
         shape = input.shape
         if input.dim() not in (spatial + 1, spatial + 2):
             return input   # the convolution itself raises torch's error about the input's rank
-        out = input
-        for i, (before, after) in enumerate(self._padding_pairs()):
+        # F.pad's order: the last dim first (its errors name the first dim at fault)
+        indices = []
+        for i, (before, after) in reversed(list(enumerate(self._padding_pairs()))):
             dim = input.dim() - spatial + i
-            size = shape[dim]
-            index = _pad_index(size, before, after, self.padding_mode, dim, tuple(shape))
+            indices.append((dim, _pad_index(shape[dim], before, after, self.padding_mode, dim, tuple(shape))))
+        out = input
+        for dim, index in reversed(indices):
             if index is not None:
                 out = out.index_select(dim, _concrete(index))
         return out
@@ -175,7 +176,6 @@ class _ConvTransposeNd(_ConvNd):
         dims = len(self.kernel_size)
         batched = input.dim() == dims + 2
         leading = 2 if batched else 1
-        output_size = list(output_size)
         if len(output_size) == leading + dims:
             output_size = output_size[leading:]
         if len(output_size) != dims:
@@ -187,7 +187,7 @@ class _ConvTransposeNd(_ConvNd):
         for size, lo, hi in zip(output_size, low, high):
             if size < lo or size > hi:
                 raise ValueError(f"requested an output size of {output_size}, but valid sizes range from {low} to "
-                                 f"{high} (for an input of {list(input.shape[leading:])})")
+                                 f"{high} (for an input of {Size(input.shape[leading:])})")
         return tuple(s - lo for s, lo in zip(output_size, low))
 
 
