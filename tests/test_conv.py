@@ -767,3 +767,26 @@ def test_compile_refuses_return_indices_read_from_a_traced_value():
         return values.sum()
     with pytest.raises(tj.CompileError, match="reads a traced tensor's value"):
         f(tj.randn(1, 1, 4, 4, requires_grad=True))
+
+
+@pytest.mark.parametrize("call", [lambda: F.conv2d(tj.zeros(1, 1, 5, 5), tj.zeros(1, 1, 3, 3), stride=1.5),
+                                  lambda: F.conv2d(tj.zeros(1, 1, 5, 5), tj.zeros(1, 1, 3, 3), padding=(1.0, 1)),
+                                  lambda: F.conv2d(tj.zeros(1, 1, 5, 5), tj.zeros(1, 1, 3, 3), stride=True),
+                                  lambda: F.max_pool2d(tj.zeros(1, 1, 5, 5), 2.5),
+                                  lambda: F.max_pool2d(tj.zeros(1, 1, 5, 5), 2, stride=1.5),
+                                  lambda: F.avg_pool2d(tj.zeros(1, 1, 5, 5), 2.0),
+                                  lambda: F.max_pool1d(tj.zeros(1, 5), 2.0),
+                                  lambda: F.adaptive_avg_pool2d(tj.zeros(1, 1, 5, 5), 2.5)])
+def test_non_integer_sizes_raise_type_error_as_torch(call):
+    # torch refuses them (TypeError) rather than truncating 1.5 to 1
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_int64_transposed_convolution_matches_torch():
+    rng = np.random.default_rng(1)
+    x = rng.integers(-20, 20, (2, 4, 3, 3))
+    w = rng.integers(-5, 5, (4, 3, 2, 2))
+    out = F.conv_transpose2d(tj.tensor(x), tj.tensor(w), stride=2, groups=2)
+    ref = TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), stride=2, groups=2)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())

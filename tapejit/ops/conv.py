@@ -290,16 +290,26 @@ from tapejit.tensor import Tensor, _concrete  # noqa: E402
 _C_TYPE = {"float32": "float", "float64": "double", "int64": "long int", "bool": "bool"}
 
 
+def int_tuple(value, fn, what):
+    """``value`` (an int or a sequence of ints) as a tuple of ints; anything else (a float, a
+    bool) raises torch's ``TypeError`` rather than being truncated."""
+    def is_int(x):
+        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+    if is_int(value):
+        return (int(value),)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{fn}(): argument '{what}' must be tuple of ints, not {_type_name(value)}")
+    for i, x in enumerate(value):
+        if not is_int(x):
+            raise TypeError(f"{fn}(): argument '{what}' must be tuple of ints, but found element of type "
+                            f"{_type_name(x)} at pos {i}")
+    return tuple(int(x) for x in value)
+
+
 def expand_param(value, dims, what, fn=None):
     """``stride=2`` -> ``(2, 2)``: an int or a sequence of 1 or ``dims`` ints, as torch's
     convolutions take them."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value),) * dims
-    try:
-        values = tuple(int(x) for x in value)
-    except TypeError:
-        raise TypeError(f"{fn or 'convolution'}(): argument '{what}' must be tuple of ints, not "
-                        f"{_type_name(value)}") from None
+    values = int_tuple(value, fn or "convolution", what)
     if len(values) == 1:
         return values * dims
     if len(values) != dims:
@@ -458,7 +468,7 @@ def _dtype_of(fn, input, weight, bias):
         raise RuntimeError(f"Input type ({_C_TYPE[dt.name]}) and bias type ({_C_TYPE[bias._dtype.name]}) "
                            f"should be the same")
     if dt is _dtypes.bool_:
-        raise _dtypes.not_implemented(f"{fn}", dt)
+        raise _dtypes.not_implemented("slow_conv2d_cpu", dt)
     return dt
 
 
@@ -472,7 +482,8 @@ def _integer_convolution(fn, input, weight, bias, stride, padding, dilation, gro
     exact while every sum stays below 2**53; beyond that it raises instead of rounding."""
     x = input._value()
     w = weight._value()
-    terms = w[0].size * (w.shape[0] if transposed else 1)
+    # the products each output element sums: (input channels per group) x kernel
+    terms = (w.shape[0] // groups if transposed else w.shape[1]) * int(np.prod(w.shape[2:]))
     largest = (float(np.abs(x).max(initial=0)) * float(np.abs(w).max(initial=0)) * terms
                + (float(np.abs(bias._value()).max(initial=0)) if bias is not None else 0.0))
     if not largest < _EXACT:

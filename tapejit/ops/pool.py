@@ -281,6 +281,7 @@ NEAREST_EXACT_1D = same_kernels(
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export, type_name as _type_name  # noqa: E402
+from tapejit.ops.conv import int_tuple  # noqa: E402
 from tapejit.recording import record, on_tape, eager  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -292,13 +293,9 @@ def _check_input(x, fn):
         raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {_type_name(x)}")
 
 
-def _ints(value, fn, what, message, allow_empty=False):
+def _ints(value, fn, what, message):
     """``value`` as a pair of ints: an int, or a sequence of one or two ints."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value),) * 2
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(f"{fn}(): argument '{what}' must be tuple of ints, not {_type_name(value)}")
-    values = tuple(int(x) for x in value)
+    values = int_tuple(value, fn, what)
     if len(values) == 1:
         return values * 2
     if len(values) != 2:
@@ -308,13 +305,10 @@ def _ints(value, fn, what, message, allow_empty=False):
 
 def _single(value, fn, what):
     """``value`` as one int (1-d pools): an int or a sequence of one, as torch's ``check1d``."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(f"{fn}(): argument '{what}' must be tuple of ints, not {_type_name(value)}")
-    if len(value) != 1:
-        raise RuntimeError(f"{fn}() argument '{what}' should contain one int (got {len(value)})")
-    return int(value[0])
+    values = int_tuple(value, fn, what)
+    if len(values) != 1:
+        raise RuntimeError(f"{fn}() argument '{what}' should contain one int (got {len(values)})")
+    return values[0]
 
 
 def _output_size(size, kernel, pad, stride, dilation, ceil_mode):
@@ -523,17 +517,14 @@ def _check_max_pool1d(xs, kernel_size, stride, padding, dilation, ceil_mode):
     def one(value, what, allow_none=False):
         if allow_none and (value is None or (isinstance(value, (tuple, list)) and len(value) == 0)):
             return None
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return int(value)
-        if not isinstance(value, (tuple, list)):
-            raise TypeError(f"max_pool1d(): argument '{what}' must be tuple of ints, not {_type_name(value)}")
-        if len(value) != 1:
+        values = int_tuple(value, "max_pool1d", what)
+        if len(values) != 1:
             kinds = {"kernel_size": "an int, list of ints or tuple of ints",
                      "stride": "None, an int, list of ints, or tuple of ints",
                      "padding": "an int, list of ints, or tuple of ints",
                      "dilation": "an int, list of ints or tuple of ints"}
-            raise RuntimeError(f"max_pool1d() {what} must be {kinds[what]} of size 1 but got size {len(value)}")
-        return int(value[0])
+            raise RuntimeError(f"max_pool1d() {what} must be {kinds[what]} of size 1 but got size {len(values)}")
+        return values[0]
     k = one(kernel_size, "kernel_size")
     s = one(stride, "stride", allow_none=True)
     pad = one(padding, "padding")
@@ -598,21 +589,22 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     return out.squeeze(-2)
 
 
-def _with_defaults(output_size, shape):
+def _with_defaults(output_size, shape, fn):
     """``output_size`` as a pair, ``None`` entries taking the input's size (torch's
     ``_list_with_default``)."""
-    if isinstance(output_size, (int, np.integer)) and not isinstance(output_size, bool):
-        return (int(output_size),) * 2
-    size = tuple(output_size)
-    if len(shape) <= len(size):
-        raise ValueError(f"Input dimension should be at least {len(size) + 1}")
-    return tuple(shape[-len(size) + i] if v is None else int(v) for i, v in enumerate(size))
+    if isinstance(output_size, (tuple, list)):
+        size = tuple(output_size)
+        if len(shape) <= len(size):
+            raise ValueError(f"Input dimension should be at least {len(size) + 1}")
+        given = int_tuple([0 if v is None else v for v in size], fn, "output_size")
+        return tuple(shape[-len(size) + i] if v is None else given[i] for i, v in enumerate(size))
+    return int_tuple(output_size, fn, "output_size") * 2
 
 
 @export
 def adaptive_avg_pool2d(input, output_size):
     _check_input(input, "adaptive_avg_pool2d")
-    size = _with_defaults(output_size, input._shape)
+    size = _with_defaults(output_size, input._shape, "adaptive_avg_pool2d")
     if len(size) != 2:
         raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
     if size[0] < 0 or size[1] < 0:
@@ -645,7 +637,7 @@ def adaptive_avg_pool1d(input, output_size):
 @export
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     _check_input(input, "adaptive_max_pool2d")
-    size = _with_defaults(output_size, input._shape)
+    size = _with_defaults(output_size, input._shape, "adaptive_max_pool2d")
     xs = input._shape
     if len(xs) not in (3, 4):
         raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: {list(xs)}")
