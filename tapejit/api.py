@@ -57,10 +57,13 @@ _KIND_EXCEPTIONS = {
     ("where", "input"): OPERAND,      # tj.where(c, 1.0, x)
     ("view_as", "other"): TENSOR, ("reshape_as", "other"): TENSOR,
     ("expand_as", "other"): TENSOR, ("equal", "other"): TENSOR,
+    ("linear", "weight"): TENSOR, ("linear", "bias"): TENSOR,             # nn.functional's
+    ("layer_norm", "weight"): TENSOR, ("layer_norm", "bias"): TENSOR,
 }
 
 _BINARY_OPERATORS = {
-    "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__floordiv__", "__mod__", "__pow__",
+    "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+    "__rmod__", "__pow__",
     "__rpow__", "__matmul__", "__rmatmul__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
     "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
@@ -96,7 +99,9 @@ def type_name(x):
 
 def argument_error(fn, name, position, value, kind):
     where = f" (position {position})" if position else ""
-    return TypeError(f"{fn}(): argument '{name}'{where} must be {kind}, not {type_name(value)}")
+    hint = getattr(type(value), "not_a_tensor_hint", None)   # NumPy mode's traced arrays
+    return TypeError(f"{fn}(): argument '{name}'{where} must be {kind}, not {type_name(value)}"
+                     + (f". {hint}" if hint else ""))
 
 
 def _reject(value, fn, name, position, kind):

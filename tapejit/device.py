@@ -35,6 +35,10 @@ class device:
     def __hash__(self):
         return hash(self.type)
 
+    def __reduce__(self):
+        # By value, in every pickle protocol (slots alone need protocol 2 and a BUILD).
+        return device, (self.type, self.index)
+
 
 def _parse(text):
     try:

@@ -17,6 +17,7 @@ import numpy as np
 
 from tapejit import chunked, registry
 from tapejit.ops.core import CAST
+from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete
 
@@ -122,6 +123,8 @@ def _backward_scalar(root, leaves=None):
         tape.flush()
         if tape.broken is not None:
             tape.check_computed(root)
+        if tape is not state.tape:
+            note_writes_since_loads(tape)
         if tape.stale is not None:
             _refresh_stale(tape)
         tape.ensure_adjoints()
@@ -235,6 +238,8 @@ def _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed):
 
 def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed):
     tape.flush()
+    if tape is not state.tape:
+        note_writes_since_loads(tape)
     if tape.broken is not None:
         for t, _ in w.seeds:
             tape.check_computed(t)
@@ -251,11 +256,12 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
             adj[off:off + len(g)] = g
             flags[off] = 1
     stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
+    skipped = _unneeded_functions(tape, targets) if (targets is not None and tape.functions) else ()
     sw = sweeps(tape.groups)
     anomaly = {} if modes.anomaly else None   # slot sizes per arena, for _check_nan
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
-        _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain)
+        _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain, skipped)
         for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
                 _cast_backward(tape, start, retain)
@@ -265,7 +271,7 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
                 _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
                                          tape.floats[kind], retain))
-            _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain)
+            _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain, skipped)
     except BaseException:
         for f in tape.flags:
             f[:] = 0
@@ -331,22 +337,59 @@ def _cast_backward(tape, r, retain):
     if a < 0:
         return
     g = tape.adj[dst][out:out + n]
-    if tape.flags[src][a]:
-        tape.adj[src][a:a + n] += g
-    else:
-        tape.adj[src][a:a + n] = g
-        tape.flags[src][a] = 1
+    with np.errstate(over="ignore"):   # a float64 gradient past float32's range is inf, as torch's
+        if tape.flags[src][a]:
+            tape.adj[src][a:a + n] += g
+        else:
+            tape.adj[src][a:a + n] = g
+            tape.flags[src][a] = 1
 
 
-def _at_stop(tape, items, target_ids, found, accumulate, retain):
+def _at_stop(tape, items, target_ids, found, accumulate, retain, skipped):
     """Python's turn between compiled segments: tensors first (their hooks may change the
-    gradient a custom Function's backward then receives), then custom Functions."""
+    gradient a custom Function's backward then receives), then custom Functions (those in
+    ``skipped`` only drop their outputs' gradients)."""
     for item in items:
         if isinstance(item, Tensor):
             _at_tensor(tape, item, target_ids, found, accumulate)
     for item in items:
         if not isinstance(item, Tensor):
-            item.run_backward(tape, retain)
+            item.run_backward(tape, retain, item not in skipped)
+
+
+def _unneeded_functions(tape, targets):
+    """The custom Functions on ``tape`` none of whose inputs leads to a tensor in ``targets``
+    (``autograd.grad``'s inputs): torch's engine runs only the nodes on a path to them, so
+    their Python ``backward`` (a module's backward hooks) must not run.  A value loaded from
+    an older tape counts as leading to a target (its graph is not followed): a Function is
+    skipped only when certainly unneeded."""
+    from tapejit.replay._graph import dependencies, listed_operands
+    rec = tape.rec[:tape.nrec]
+    ids = {id(t) for t in targets}
+    wanted = ([], [])   # per arena, the slots of targets and of needed Functions' outputs
+    for t in targets:
+        if t._tape is tape:
+            wanted[t._dtype.arena].append(t._off)
+    sources = tape.sources
+    for index, d, off in tape.grad_loads:
+        src = sources[index]
+        if id(src) in ids or src._tape is not None:
+            wanted[d].append(off)
+    listed = listed_operands(rec, tape.ints)
+    sizes = (tape.cursor[0], tape.cursor[1])
+    skipped = set()
+    for first, ctx in tape.functions:   # in recording order: a Function's inputs come from earlier ones
+        roots = {(e[1], e[2]) for e in ctx._inputs if e is not None and e[2] is not None}
+        needed = False
+        if roots:
+            _, marks = dependencies(rec[:first], tape.ints, sizes, roots, True, listed)
+            needed = any(marks[d][wanted[d]].any() for d in (0, 1) if wanted[d])
+        if needed:
+            for arena, off, _, _ in ctx._outputs:
+                wanted[arena].append(off)
+        else:
+            skipped.add(ctx)
+    return skipped
 
 
 def _stops(tape, targets):

@@ -76,7 +76,7 @@ def _leaf(value, name, i):
     if type(value) is np.ndarray and value.dtype in _FLOAT_KINDS:
         return _concrete(value if value.flags.c_contiguous else value.copy(), rg=True)
     if isinstance(value, Tensor):
-        value = value.detach()._value()
+        value = value._value()
     arr = np.asarray(value)
     if arr.dtype.kind in "biu":
         arr = arr.astype(np.float64)

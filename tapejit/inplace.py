@@ -92,7 +92,7 @@ def poison(tape, arena, off, t, old_version, before=None, saved=True, extra=Fals
     from tapejit.printing import type_name
     for rows, tapejit_only in marks:
         for r in rows.tolist():
-            if tape.freed[r] == 2:
+            if tape.freed[r]:   # poisoned already, or freed: torch reports the freed graph first
                 continue
             if tape.poisoned is None:
                 tape.poisoned = {}
@@ -146,6 +146,20 @@ def note_leaf_write(t, before=None):
         shared = _shared.get(id(t))
         if shared is not None:
             shared.before_write(t, old, tape, before)
+
+
+def note_writes_since_loads(tape):
+    """Before a backward through ``tape`` when it is no longer the thread's recording tape
+    (a backward of another graph on it retired it, or it retired for its size and then such
+    a backward forgot it): ``note_leaf_write`` marked only the tapes it knew of, so each
+    value loaded here is checked against its tensor's version counter, as torch checks its
+    saved tensors when backward unpacks them."""
+    for (_, d), loads in tape.loads_of.items():
+        for i, (off, version, source) in enumerate(loads):
+            now = getattr(source, "_version", 0)
+            if now != version:
+                poison(tape, d, off, source, version)
+                loads[i] = (off, now, source)   # marked once: a later backward need not scan again
 
 
 # ---- values shared by a tensor and its aliases ----------------------------------------
@@ -398,6 +412,9 @@ def in_place(name, fn):
         return apply_inplace(input, lambda: fn(input, *args, **kwargs), name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``{fn.__name__}`` in place."
+    # fn's parameters, for inspect.signature: api.install's front end then checks them as
+    # fn's own, naming this method ("add_(): argument 'other' ...")
+    method.__wrapped__ = fn
     return method
 
 

@@ -472,7 +472,7 @@ def _size(a, axis=None):
 def _like(numpy_fn):
     """``np.zeros_like(t)`` and friends: constants (NumPy arrays) of the tensor's shape."""
     def like(a, *args, **kwargs):
-        return numpy_fn(a.detach()._value() if isinstance(a, Tensor) else a, *args, **kwargs)
+        return numpy_fn(a._value() if isinstance(a, Tensor) else a, *args, **kwargs)
     return like
 
 
@@ -482,7 +482,7 @@ for _name in ("zeros_like", "ones_like", "empty_like", "full_like"):
 
 def _on_values(numpy_fn):
     def on_values(*args, **kwargs):
-        args = [a.detach()._value() if isinstance(a, Tensor) else a for a in args]
+        args = [a._value() if isinstance(a, Tensor) else a for a in args]
         return numpy_fn(*args, **kwargs)
     return on_values
 

@@ -113,6 +113,11 @@ class TracedArray:
 
     __slots__ = ("_t", "_shared")
     __hash__ = None   # as ndarray: mutable semantics, elementwise ==
+    # Appended by tapejit.api to the TypeError of a torch-style function given a traced array.
+    not_a_tensor_hint = (
+        "tj.grad and tj.value_and_grad hand the function NumPy-mode traced arrays, which behave "
+        "as NumPy arrays, not tapejit tensors. Use NumPy (np.tanh(x), x.sum(axis=0)), or "
+        "tapejit.numpy_mode.to_tensor(x) for the tensor it holds (same graph)")
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -417,11 +422,7 @@ class TracedArray:
         # tj.tanh(x) reading x._dtype) meeting NumPy mode.  An AttributeError, so that
         # hasattr() probes still answer False.
         if hasattr(Tensor, name) and not hasattr(np.ndarray, name):
-            raise AttributeError(
-                f"'TracedArray' object has no attribute {name!r}: tj.grad and tj.value_and_grad hand "
-                f"the function NumPy-mode traced arrays, which behave as NumPy arrays, not tapejit "
-                f"tensors. Use NumPy (np.tanh(x), x.sum(axis=0)), or tapejit.numpy_mode.to_tensor(x) "
-                f"for the tensor it holds (same graph)")
+            raise AttributeError(f"'TracedArray' object has no attribute {name!r}: {self.not_a_tensor_hint}")
         raise AttributeError(f"'TracedArray' object has no attribute {name!r}")
 
     def __floor__(self):

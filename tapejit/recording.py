@@ -260,9 +260,14 @@ def cast(x, dt):
     if x._dtype is dt:
         return x
     if not dt.is_floating_point or not x._dtype.is_floating_point:
-        return _concrete(x._value().astype(dt.np))
+        # NaN and infinities to int64 are INT64_MIN, as torch's C cast, silently as there
+        with np.errstate(invalid="ignore"):
+            return _concrete(x._value().astype(dt.np))
     rg = x._rg and state.grad
     if not rg and not (state.eager and (x._tape is not None or state.trace is not None)):
+        if dt is dtypes.float32 and x._dtype is dtypes.float64:
+            with np.errstate(over="ignore"):   # past float32's range is inf, silently as torch
+                return _concrete(x._value().astype(dt.np))
         return _concrete(x._value().astype(dt.np))
     tape = state.tape or current()
     src = operand(tape, x, x._dtype)

@@ -260,13 +260,18 @@ class _SizeFromInts:
 
 
 class _CpuDevice:
-    """``tapejit.device.device``, pickled as ``NEWOBJ(device, ())`` then ``BUILD`` with its
-    slots (which ``_WeightsOnlyUnpickler.load_build`` checks): the CPU device."""
+    """``tapejit.device.device``: the CPU device.  Pickled as ``REDUCE(device, ("cpu",
+    index))``; files written before devices had ``__reduce__`` hold ``NEWOBJ(device, ())``
+    then ``BUILD`` with its slots (which ``_WeightsOnlyUnpickler.load_build`` checks)."""
 
     def __new__(cls, *args):
-        if args:
-            _refuse("a device is allowed only as device() followed by its state")
-        return device("cpu")
+        if not args:
+            return device("cpu")
+        if (len(args) == 2 and type(args[0]) is str and args[0] == "cpu"
+                and (args[1] is None or (type(args[1]) is int and args[1] >= 0))):
+            return device("cpu", args[1])
+        _refuse("a device is allowed only as device('cpu', None or an int >= 0), or as device() "
+                "followed by its state")
 
 
 def _device_state(inst, state):

@@ -505,7 +505,11 @@ class Tape:
         dst = code & 1
         src = 1 - dst
         a = a if a >= 0 else ~a
-        self.vals[dst][out:out + n] = self.vals[src][a:a + n]
+        if dst == 1:   # float64 past float32's range is inf, silently as torch
+            with np.errstate(over="ignore"):
+                self.vals[1][out:out + n] = self.vals[0][a:a + n]
+        else:
+            self.vals[dst][out:out + n] = self.vals[src][a:a + n]
 
     def segments(self, lo, hi, cast_opcode, stops=()):
         """``segments()`` with a shortcut: a tape that used one arena has no casts and one dtype."""

@@ -15,6 +15,7 @@ from tapejit.shapes import wrap_dim
 from tapejit.tape import due_by_size, state as _state
 
 _new = object.__new__
+_BY_NUMPY = dtypes._BY_NUMPY   # NumPy dtype -> the tapejit dtype whose arrays it is
 
 
 class Size(tuple):
@@ -42,14 +43,20 @@ def _taped(tape, off, shape, numel, dt, rg):
 
 
 def _concrete(array, rg=False):
-    """A tensor owning ``array`` (which must already have a tapejit dtype)."""
+    """A tensor owning ``array``.  An array of another NumPy dtype (float16, int32, a
+    non-native byte order) is converted to the tapejit dtype that holds its values, never
+    labelled with it; one that no tapejit dtype holds (uint64, complex) raises."""
+    dt = _BY_NUMPY.get(array.dtype)
+    if dt is None:
+        dt = dtypes.data_dtype(array.dtype)
+        array = array.astype(dt.np)
     t = _new(Tensor)
     t._tape = None
     t._off = 0
     t._data = array
     t._shape = array.shape
     t._numel = array.size
-    t._dtype = dtypes.from_numpy_dtype(array.dtype)
+    t._dtype = dt
     t._rg = rg
     # Set here, not left unset: reading an unset slot with a default (getattr) raises and
     # catches AttributeError, and leaves are read on every load and every backward.

@@ -262,3 +262,127 @@ def test_same_function_in_torch_gives_the_same_gradients():
         results.append((a.grad.numpy(), b.grad.numpy()))
     for mine, theirs in zip(*results):
         np.testing.assert_allclose(mine, theirs, rtol=1e-13)
+
+
+# ---- one gradient per output, as torch ---------------------------------------------------------
+
+def _received(lib, materialize, kinds):
+    """What backward receives for forward's outputs of ``kinds`` when only the
+    differentiable output "d" is used: per output None or (dtype name, values)."""
+    got = []
+
+    class Fn(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.set_materialize_grads(materialize)
+            outs = []
+            for k in kinds:
+                if k == "marked":
+                    x = a * 1
+                    ctx.mark_non_differentiable(x)
+                    outs.append(x)
+                elif k == "d":
+                    outs.append(b * 2)
+                elif k == "int":
+                    outs.append(lib.tensor([1, 2]))
+                elif k == "python":
+                    outs.append(3)
+                elif k == "unused":
+                    outs.append(a * 3)
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            got.extend(None if g is None else (str(g.dtype).split(".")[-1], g.tolist()) for g in grads)
+            return None, lib.ones(2)
+
+    a = lib.ones(2, requires_grad=True)
+    b = lib.ones(2, requires_grad=True)
+    outs = Fn.apply(a, b)
+    outs[kinds.index("d")].sum().backward()
+    return got
+
+
+@pytest.mark.parametrize("materialize", [True, False])
+@pytest.mark.parametrize("kinds", [("marked", "d"), ("d", "marked"), ("d", "int"), ("d", "python"),
+                                   ("d", "unused"), ("marked", "d", "unused")])
+def test_backward_receives_one_gradient_per_output(materialize, kinds):
+    # torch 2.13: zeros (of the output's dtype) for a non-differentiable or unused tensor
+    # output, None for them with set_materialize_grads(False), None for a non-tensor output
+    zeros_or_none = {"float32": ("float32", [0.0, 0.0]), "int64": ("int64", [0, 0])}
+    expected = {
+        "d": ("float32", [1.0, 1.0]), "python": None,
+        "marked": zeros_or_none["float32"] if materialize else None,
+        "unused": zeros_or_none["float32"] if materialize else None,
+        "int": zeros_or_none["int64"] if materialize else None,
+    }
+    assert _received(tj, materialize, kinds) == [expected[k] for k in kinds]
+    torch = pytest.importorskip("torch")
+    assert _received(torch, materialize, kinds) == [expected[k] for k in kinds]
+
+
+# ---- autograd.grad runs only the backwards on a path to its inputs -----------------------------
+
+def _called_backwards(lib):
+    calls = []
+
+    class Tag(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, name):
+            ctx.name = name
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            calls.append(ctx.name)
+            return g, None
+
+    w = lib.tensor([1.0, 2.0], requires_grad=True)
+    v = lib.tensor([3.0, 4.0], requires_grad=True)
+    a = Tag.apply(v * 2, "v")
+    b = Tag.apply(w * 3, "w")
+    c = Tag.apply(a * b, "both")
+    out = (c + Tag.apply(v, "v only")).sum()
+    results = []
+    for inputs in ([w], [v], [w, v]):
+        grads = lib.autograd.grad(out, inputs, retain_graph=True)
+        results.append(([g.tolist() for g in grads], sorted(calls)))
+        calls.clear()
+    out.backward(inputs=[w], retain_graph=True)
+    results.append(([w.grad.tolist()], sorted(calls)))
+    calls.clear()
+    out.backward()
+    results.append(([], sorted(calls)))
+    return results
+
+
+def test_autograd_grad_runs_only_the_custom_backwards_its_inputs_need():
+    # torch 2.13's engine runs only the nodes on a path from the outputs to the inputs
+    expected = [
+        ([[18.0, 24.0]], ["both", "w"]),
+        ([[7.0, 13.0]], ["both", "v", "v only"]),
+        ([[18.0, 24.0], [7.0, 13.0]], ["both", "v", "v only", "w"]),
+        ([[18.0, 24.0]], ["both", "w"]),
+        ([], ["both", "v", "v only", "w"]),
+    ]
+    assert _called_backwards(tj) == expected
+    torch = pytest.importorskip("torch")
+    assert _called_backwards(torch) == expected
+
+
+def test_autograd_grad_of_a_parameter_does_not_fire_a_full_backward_hook_it_does_not_need():
+    # torch 2.13: with an input requiring grad, grad(y, [weight]) does not run the module's
+    # input-side hook Function, so the full backward hook does not fire; grad(y, [x]) does
+    def fired(lib):
+        lin = lib.nn.Linear(2, 2)
+        seen = []
+        lin.register_full_backward_hook(lambda m, gi, go: seen.append(len(gi)))
+        x = lib.ones(1, 2, requires_grad=True)
+        y = lin(x).sum()
+        lib.autograd.grad(y, [lin.weight], retain_graph=True)
+        before = list(seen)
+        lib.autograd.grad(y, [x])
+        return before, seen
+    assert fired(tj) == ([], [1])
+    torch = pytest.importorskip("torch")
+    assert fired(torch) == ([], [1])

@@ -590,7 +590,7 @@ def test_tensor_bridge():
 
 
 def test_torch_style_calls_on_traced_arrays_say_what_to_do():
-    with pytest.raises(AttributeError, match="numpy_mode.to_tensor"):
+    with pytest.raises(TypeError, match=r"tanh\(\): argument 'input' .*numpy_mode.to_tensor"):
         tj.grad(lambda x: tj.tanh(x).sum())(np.ones(2))
     with pytest.raises(AttributeError, match="NumPy-mode traced arrays"):
         tj.grad(lambda x: x.detach())(np.ones(2))

@@ -503,3 +503,32 @@ def test_many_unequal_keys_of_one_hash_are_refused():
     # Equal keys repeated, and the few unequal ones that hash alike (hash(-1) == hash(-2)), load.
     legit = [{-1: k, -2: k, 0: k} for k in range(1000)]
     assert round_trip(legit) == legit
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_device_pickles_and_loads_weights_only_in_every_protocol(protocol):
+    # a device with slots only needed protocol 2 (it failed under 0 and 1)
+    for d in (tj.device("cpu"), tj.device("cpu", 1), tj.device("cpu:0")):
+        again = pickle.loads(pickle.dumps(d, protocol=protocol))
+        assert type(again) is tj.device and (again.type, again.index) == (d.type, d.index)
+        buffer = io.BytesIO()
+        tj.save({"device": d}, buffer, pickle_protocol=protocol)
+        buffer.seek(0)
+        loaded = tj.load(buffer, weights_only=True)["device"]
+        assert type(loaded) is tj.device and repr(loaded) == repr(d)
+
+
+def test_a_device_written_as_newobj_and_build_still_loads_weights_only():
+    # the form files written before devices had __reduce__ hold: NEWOBJ(device, ()) + BUILD
+    old = (b"\x80\x02ctapejit.device\ndevice\n)\x81N}(X\x04\x00\x00\x00typeX\x03\x00\x00\x00cpu"
+           b"X\x05\x00\x00\x00indexK\x03u\x86b.")
+    assert repr(serialization._WeightsOnlyUnpickler(io.BytesIO(old)).load()) == "device(type='cpu', index=3)"
+
+
+@pytest.mark.parametrize("args", [b"X\x04\x00\x00\x00cudaN", b"X\x03\x00\x00\x00cpuJ\xff\xff\xff\xff",
+                                  b"X\x03\x00\x00\x00cpuX\x01\x00\x00\x001", b"X\x03\x00\x00\x00cpu",
+                                  b"X\x03\x00\x00\x00cpuNN"])
+def test_a_device_reduce_takes_only_the_cpu_and_an_index(args):
+    crafted = b"ctapejit.device\ndevice\n(" + args + b"tR."
+    with pytest.raises(pickle.UnpicklingError, match="a device is allowed only as device"):
+        serialization._WeightsOnlyUnpickler(io.BytesIO(crafted)).load()

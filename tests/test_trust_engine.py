@@ -826,3 +826,100 @@ def test_one_long_computation_is_not_split(retire_early):
     for u in reversed(values):
         g = g * (1 - np.tanh(u * 1.01) ** 2) * 1.01
     np.testing.assert_allclose(x.grad.numpy(), g, rtol=1e-10)
+
+
+# ---- in-place changes seen by every graph still alive ------------------------------------------
+
+_INPLACE_ERROR = "one of the variables needed for gradient computation has been modified by an inplace"
+
+
+def _two_graphs_on_one_tape(lib, order):
+    """``loss = (w * w).sum()`` (MulBackward0 saves w), then ``order`` with a write of ``w``
+    under no_grad; returns the outcome of ``loss.backward()``."""
+    w = lib.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    other = None
+    for step in order:
+        if step == "other_backward":
+            (w * 3.0).sum().backward()
+        elif step == "other_backward_retained":
+            other = (w * w).sum()
+            other.backward(retain_graph=True)
+        elif step == "other_grad":
+            lib.autograd.grad((w * 3.0).sum(), [w])
+        elif step == "zero_grad":
+            w.grad = None
+        elif step == "write":
+            with lib.no_grad():
+                w.mul_(2)
+        elif step == "new_graph":
+            other = (w * w).sum()
+    try:
+        loss.backward()
+    except RuntimeError as e:
+        return "raise", str(e)[:len(_INPLACE_ERROR)]
+    return "value", w.grad.tolist()
+
+
+@pytest.mark.parametrize("order", [
+    ("other_backward", "write"),                       # the other backward retires the shared tape
+    ("write", "other_backward"),
+    ("other_backward", "zero_grad", "write"),
+    ("other_grad", "write"),
+    ("other_backward_retained", "write"),
+    ("other_backward", "new_graph", "write"),           # the write also marks the new tape
+    ("other_backward", "write", "other_backward"),
+])
+def test_a_write_after_another_graphs_backward_is_seen_by_a_graph_still_alive(order):
+    # torch 2.13: every order raises "one of the variables needed for gradient computation
+    # has been modified by an inplace operation" at loss.backward()
+    assert _two_graphs_on_one_tape(tj, order) == ("raise", _INPLACE_ERROR)
+    torch = pytest.importorskip("torch")
+    assert _two_graphs_on_one_tape(torch, order) == ("raise", _INPLACE_ERROR)
+
+
+def test_a_write_after_another_graphs_backward_spares_a_graph_that_saved_nothing():
+    # torch 2.13: (w * 3.0) saves only the scalar, so its backward after the write gives 3s
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * 3.0).sum()
+    (w * w).sum().backward()
+    with tj.no_grad():
+        w.mul_(2)
+    loss.backward()
+    assert w.grad.tolist() == [5.0, 7.0]   # 2 * w (before the write) + 3
+
+
+def test_a_freed_graph_written_in_place_says_it_was_freed():
+    # torch 2.13: "Trying to backward through the graph a second time" (freed comes first)
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward()
+    with tj.no_grad():
+        w.mul_(2)
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        loss.backward()
+
+
+def test_a_graph_marked_at_backward_stays_marked():
+    w = tj.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    (w * 3.0).sum().backward()
+    with tj.no_grad():
+        w.add_(1.0)
+    for _ in range(2):   # torch 2.13: each backward raises (the second one found the mark, not the version)
+        with pytest.raises(RuntimeError, match=_INPLACE_ERROR):
+            loss.backward(retain_graph=True)
+
+
+# ---- parameters are full leaves -----------------------------------------------------------------
+
+def test_a_parameter_has_its_version_grad_and_hooks_set():
+    # unset slots make every getattr(p, "_version", 0) on a load raise and catch AttributeError
+    p = tj.nn.Parameter(tj.ones(3))
+    assert (p._version, p._grad, p._hooks) == (0, None, None)
+    assert p._version_counter == 0 and p.grad is None
+    with tj.no_grad():
+        p.add_(1.0)
+    assert p._version == 1
+    lin = tj.nn.Linear(2, 2)   # (its initialisation writes each parameter in place)
+    assert all(hasattr(q, "_version") and q._grad is None and hasattr(q, "_hooks") for q in lin.parameters())

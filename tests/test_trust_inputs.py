@@ -585,7 +585,9 @@ def test_lists_and_arrays_stay_operands():
     assert (x + [1.0, 2.0]).tolist() == [2.0, 4.0]
     assert tj.add(x, np.array([1.0, 1.0])).tolist() == [2.0, 3.0]
     assert tj.where(x > 1, x, [0.0, 0.0]).tolist() == [0.0, 2.0]
-    assert tj.index_select(x, 0, [1]).tolist() == [2.0]
+    # an index is not an operand: as torch, index_select wants an integer tensor
+    with pytest.raises(TypeError, match=r"index_select\(\): argument 'index' .*must be Tensor, not list"):
+        tj.index_select(x, 0, [1])
 
 
 # ---- grad_fn identity -------------------------------------------------------------------------
@@ -641,3 +643,165 @@ def test_random_init_of_an_integer_tensor_raises_as_torch(init, kernel):
     # samples written into an int64 tensor would be truncated silently.
     with pytest.raises(NotImplementedError, match=f'"{kernel}" not implemented for \'Long\''):
         getattr(tj.nn.init, init)(tj.zeros(3, dtype=tj.int64))
+
+
+# ---- dtype= arguments are dtypes -------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1.0, 2.0]).sum(dtype='float64')", "L.sum(L.tensor([1.0, 2.0]), 0, dtype='float64')",
+    "L.tensor([1.0, 2.0]).mean(dtype='float64')", "L.tensor([1.0, 2.0]).prod(dtype='float64')",
+    "L.tensor([1.0, 2.0]).norm(dtype='float64')", "L.tensor([1.0, 2.0]).cumsum(0, dtype='float64')",
+    "L.tensor([1.0, 2.0]).softmax(0, dtype='float64')", "L.tensor([1.0, 2.0]).log_softmax(0, dtype='float64')",
+    "L.nn.functional.softmax(L.tensor([1.0, 2.0]), 0, dtype='float64')", "L.tensor([1.0, 2.0]).sum(dtype=3)",
+])
+def test_a_dtype_argument_that_is_not_a_dtype_is_a_type_error(source):
+    # torch 2.13: TypeError ("argument 'dtype' must be torch.dtype, not str"); a string was
+    # read as a device here (RuntimeError)
+    assert _same_as_torch(source) == ("raise", TypeError)
+
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1.0, 2.0]).sum(dtype=L.float64)", "L.tensor([1.0, 2.0]).mean(1 - 1, dtype=L.float64)",
+    "L.tensor([1.0, 2.0]).prod(dtype=L.float64)", "L.tensor([3.0, 4.0]).norm(dtype=L.float64)",
+    "L.tensor([1, 2]).sum(dtype=L.float32)", "L.tensor([True, True]).cumsum(0)",
+    "L.tensor([1, 2]).cumsum(0, dtype=L.float64)", "L.tensor([1.0, 2.0]).sum(dtype=float)",
+    "L.tensor([0.0, 0.0]).softmax(0, dtype=L.float64)",
+])
+def test_a_dtype_argument_computes_in_that_dtype(source):
+    _same_as_torch(source)
+
+
+def test_a_reduction_in_float64_of_a_float32_tensor_has_a_float32_gradient():
+    # torch 2.13: sum(dtype=torch.float64) is float64, the leaf's gradient float32
+    for lib in (tj, pytest.importorskip("torch")):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        y = x.sum(dtype=lib.float64)
+        y.backward()
+        assert (str(y.dtype), str(x.grad.dtype), x.grad.tolist()) == (
+            f"{lib.__name__}.float64", f"{lib.__name__}.float32", [1.0, 1.0])
+
+
+# ---- nn.functional and in-place methods name the argument that is not a tensor -------------------
+
+@pytest.mark.parametrize("source", [
+    "L.nn.functional.relu(None)", "L.nn.functional.relu('a', inplace=True)", "L.nn.functional.leaky_relu(None)",
+    "L.nn.functional.silu(None)", "L.nn.functional.elu(None)", "L.nn.functional.gelu(None)",
+    "L.nn.functional.softplus(None)", "L.nn.functional.softplus('a', beta=2.0)",
+    "L.nn.functional.linear(None, L.ones(2, 2))", "L.nn.functional.linear(L.ones(2, 2), None)",
+    "L.nn.functional.linear(L.ones(2, 2), L.ones(2, 2), 'b')", "L.nn.functional.dropout(None, training=False)",
+    "L.nn.functional.layer_norm(None, [2])", "L.nn.functional.layer_norm(L.ones(2, 2), [2], 'w')",
+    "L.nn.functional.embedding(L.tensor([0]), None)", "L.nn.functional.embedding(None, L.ones(2, 2))",
+    "L.nn.functional.one_hot(None)", "L.nn.functional.cross_entropy(None, L.tensor([0]))",
+    "L.nn.functional.nll_loss(None, L.tensor([0]))",
+])
+def test_nn_functional_refuses_a_non_tensor_with_torchs_type_error(source):
+    # torch 2.13: TypeError "<fn>(): argument '<name>' (position k) must be Tensor, not ..."
+    # (these raised AttributeError on an internal attribute)
+    assert _same_as_torch(source) == ("raise", TypeError)
+
+
+@pytest.mark.parametrize("source", [
+    "L.nn.functional.sigmoid(None)", "L.nn.functional.tanh(None)", "L.nn.functional.softmax('a', 0)",
+    "L.nn.functional.log_softmax(None, 0)", "L.nn.functional.normalize(None)",
+])
+def test_nn_functional_written_on_tensor_methods_raises_attribute_error_as_torch(source):
+    # torch 2.13 implements these in Python on the tensor's methods: AttributeError
+    assert _same_as_torch(source) == ("raise", AttributeError)
+
+
+def test_nn_functional_type_errors_name_the_function_and_argument():
+    F = tj.nn.functional
+    cases = [(lambda: F.relu(None), "relu(): argument 'input' (position 1) must be Tensor, not NoneType"),
+             (lambda: F.softplus("a"), "softplus(): argument 'input' (position 1) must be Tensor, not str"),
+             (lambda: F.linear(tj.ones(2, 2), None), "linear(): argument 'weight' (position 2) must be Tensor"),
+             (lambda: F.embedding(tj.tensor([0]), None), "embedding(): argument 'weight' (position 1)"),
+             (lambda: F.embedding(None, tj.ones(2, 2)), "embedding(): argument 'indices' (position 2)")]
+    for call, text in cases:   # torch 2.13's messages
+        with pytest.raises(TypeError) as info:
+            call()
+        assert text in str(info.value)
+
+
+@pytest.mark.parametrize("method", ["add_", "sub_", "mul_", "div_", "pow_"])
+def test_an_in_place_method_names_itself_for_a_non_tensor(method):
+    # torch 2.13: TypeError "add_(): argument 'other' (position 1) must be Tensor, not NoneType"
+    _raises_like_torch(f"L.zeros(2).{method}(None)")
+    with pytest.raises(TypeError, match=rf"^{method}\(\): argument '(other|exponent)' \(position 1\)"):
+        getattr(tj.zeros(2), method)(None)
+    # the method has the out-of-place function's parameters (help(), inspect)
+    assert ("exponent" if method == "pow_" else "other") in inspect.signature(getattr(tj.Tensor, method)).parameters
+
+
+# ---- unflatten --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, sizes", [
+    (1, (3, 5)), (1, (-1, 3)), (2, (2, 5)), (-3, (2, 5)), (1, (-1, -1)), (1, ()), (1, (2, -2)),
+    (1, (0, -1)), (1, (3.0, 5)), (1, (True, 10)), (1, 10), (1, [2, 5]), (-1, (5, -1)), (0, (1, 2)),
+])
+def test_unflatten_checks_as_torch(dim, sizes):
+    _same_as_torch(f"L.zeros(2, 10).unflatten({dim}, {sizes!r})")
+
+
+def test_unflatten_messages_are_torchs():
+    x = tj.zeros(2, 10)
+    cases = [  # torch 2.13's texts
+        ((1, (3, 5)), RuntimeError,
+         "unflatten: Provided sizes [3, 5] don't multiply up to the size of dim 1 (10) in the input tensor"),
+        ((2, (2, 5)), IndexError, "Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+        ((1, ()), RuntimeError, "unflatten: sizes must be non-empty"),
+        ((1, (-1, -1)), RuntimeError, "only one dimension can be inferred"),
+        ((1, (2, -2)), RuntimeError, "invalid shape dimension -2 at index 1 of shape [2, -2]"),
+        ((1, (3.0, 5)), TypeError, "unflatten(): argument 'sizes' (position 2) must be tuple of ints, but found "
+                                   "element of type float at pos 0"),
+    ]
+    for args, kind, text in cases:
+        with pytest.raises(kind) as info:
+            x.unflatten(*args)
+        assert text in str(info.value)
+    with pytest.raises(RuntimeError, match="Dimension specified as 0 but tensor has no dimensions"):
+        tj.zeros(()).unflatten(0, (1,))
+    with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements into shape \\[0, -1\\]"):
+        tj.zeros(0, 3).unflatten(0, (0, -1))
+
+
+# ---- int64 arithmetic with Python ints beyond int64 ---------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "L.tensor([1, 2]) + 2**63", "2**63 + L.tensor([1, 2])", "L.tensor([1, 2]) - 2**63", "2**63 - L.tensor([1, 2])",
+    "L.tensor([1, 2]) * 2**63", "L.tensor([1, 2]).add(L.tensor([1, 2]), alpha=2**63)",
+    "L.tensor([1, 2]).add_(2**63)", "L.tensor([1, 2]) + (-2**63 - 1)", "L.tensor([True]) + 2**63",
+])
+def test_an_int_beyond_int64_with_an_int_tensor_raises(source):
+    # torch 2.13 reads an int in [2**63, 2**64) as uint64 wrapped to a negative int64 (its
+    # x + 2**63 equals x - 2**63, and x < 2**63 is False) and raises OverflowError or
+    # RuntimeError beyond; tapejit refuses every int int64 cannot hold (OverflowError,
+    # torch's type for "int too big to convert"), never a wrapped value
+    with pytest.raises(OverflowError, match="does not fit in int64"):
+        eval(source, {"L": tj})   # noqa: S307 - the test's own text
+
+
+def test_int64_limits_and_comparisons_with_big_ints_stay_exact():
+    x = tj.tensor([1, 2])
+    assert (x + (2**63 - 1)).tolist() == [-2**63, -2**63 + 1]   # int64 wraps, as torch's (its own overflow)
+    assert (x - (2**63 - 1)).tolist() == [-2**63 + 2, -2**63 + 3]
+    assert (x < 2**63).tolist() == [True, True]     # exact (torch 2.13 says False: the wrapped value)
+    assert (x.float() + 2**63).dtype == tj.float32   # a float tensor takes it as a float, as torch
+
+
+# ---- a tensor's array has its dtype ------------------------------------------------------------
+
+@pytest.mark.parametrize("np_dtype, tapejit_dtype", [
+    ("float16", "float32"), ("int32", "int64"), ("uint8", "int64"), (">f8", "float64"), ("int8", "int64"),
+])
+def test_an_array_of_another_dtype_becomes_a_tensor_of_the_dtype_holding_it(np_dtype, tapejit_dtype):
+    from tapejit.tensor import _concrete
+    t = _concrete(np.array([1, 2], np_dtype))
+    assert t.dtype == getattr(tj, tapejit_dtype) and t._data.dtype == t.dtype.np
+    assert (t * 2).tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("np_dtype", ["uint64", "complex128", "longdouble", "U1"])
+def test_an_array_no_dtype_holds_is_refused(np_dtype):
+    from tapejit.tensor import _concrete
+    with pytest.raises(TypeError, match="no such dtype"):
+        _concrete(np.zeros(2, np_dtype))

@@ -792,3 +792,37 @@ def test_binary_cross_entropy_target_gradient_and_mean():
     loss.backward()
     _same(x32.grad.numpy().astype(np.float64), [-999999995904.0, 999999995904.0, -999999995904.0,
                                                 0.23809528350830078], "float32 input gradient", rtol=1e-6)
+
+
+# ---- casts of values the target dtype cannot hold -----------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_nan_and_infinities_to_int64_are_torchs_values_without_a_warning(dtype, requires_grad):
+    # torch 2.13 (x86 C cast): NaN, inf, -inf and values past int64 are INT64_MIN, silently;
+    # to bool any nonzero (NaN too) is True
+    values = [math.nan, math.inf, -math.inf, 1e30, -1e30, 9.3e18, 2.5, -2.5]
+    x = tj.tensor(values, dtype=getattr(tj, dtype), requires_grad=requires_grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        as_int = x.to(tj.int64).tolist()
+        as_long = x.long().tolist()
+        as_bool = x.to(tj.bool).tolist()
+    assert as_int == as_long == [-2**63] * 6 + [2, -2]
+    assert as_bool == [True] * 8
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(values, dtype=getattr(torch, dtype))
+    assert t.to(torch.int64).tolist() == as_int and t.to(torch.bool).tolist() == as_bool
+
+
+def test_float64_past_float32s_range_casts_to_inf_without_a_warning():
+    # torch 2.13: inf, silently; a float64 gradient past float32's range reaches a float32
+    # leaf as inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tj.tensor([1e300, -1e300, 1.0], dtype=tj.float64).float().tolist() == [math.inf, -math.inf, 1.0]
+        x = tj.tensor([1e300], dtype=tj.float64, requires_grad=True)
+        assert x.float().tolist() == [math.inf]
+        a = tj.tensor([1e30], requires_grad=True)
+        (a.double() ** 3).sum().backward()   # 3e60 in float64
+        assert a.grad.tolist() == [math.inf]

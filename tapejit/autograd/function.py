@@ -31,6 +31,10 @@ class BackwardFunction:
         self._tape_ref = None
         self._inputs = []     # per positional argument: None, or (tensor, arena, offset)
         self._outputs = []    # per differentiable output: (arena, offset, shape, dtype)
+        # per output of forward, what backward receives for it: an index into _outputs, the
+        # (shape, NumPy dtype) of a non-differentiable tensor (zeros, or None without
+        # materialized grads), or None (not a tensor): torch passes one argument per output
+        self._grad_slots = ()
         self._stop = None     # record index just above this call's output loads
         self.needs_input_grad = ()
 
@@ -99,9 +103,10 @@ class BackwardFunction:
 
     # ---- called by the engine ------------------------------------------------------------
 
-    def run_backward(self, tape, retain):
+    def run_backward(self, tape, retain, needed=True):
         """Hand the outputs' adjoints to ``backward`` and add its results into the inputs'
-        slots.  Does nothing when no output received a gradient."""
+        slots.  Does nothing when no output received a gradient, or when not ``needed`` (no
+        input leads to what ``autograd.grad`` asked for) but drop the outputs' gradients."""
         grads = []
         received = False
         for arena, off, shape, dt in self._outputs:
@@ -109,14 +114,19 @@ class BackwardFunction:
             if flags[off]:
                 flags[off] = 0
                 received = True
-                grads.append(_concrete(tape.adj[arena][off:off + _size(shape)].reshape(shape).copy()))
-            else:
+                if needed:
+                    grads.append(_concrete(tape.adj[arena][off:off + _size(shape)].reshape(shape).copy()))
+            elif needed:
                 grads.append(_concrete(np.zeros(shape, dt.np)) if self._materialize else None)
-        if not received:
+        if not received or not needed:
             return
         if self._freed:
             from tapejit.engine import FREED
             raise RuntimeError(FREED)
+        materialize = self._materialize
+        grads = [grads[slot] if type(slot) is int
+                 else _concrete(np.zeros(*slot)) if slot is not None and materialize else None
+                 for slot in self._grad_slots]
         results = self._call_backward(grads)
         for i, entry in enumerate(self._inputs):
             if entry is None or entry[2] is None or results[i] is None:
@@ -252,15 +262,21 @@ def _record(ctx, args, out):
     single = not isinstance(out, tuple)
     outs = (out,) if single else out
     results = []
+    slots = []
     first = tape.n
     for o in outs:
-        if (isinstance(o, Tensor) and o._dtype.is_floating_point
-                and id(o) not in ctx._non_differentiable):
+        if not isinstance(o, Tensor):
+            slots.append(None)
+        elif o._dtype.is_floating_point and id(o) not in ctx._non_differentiable:
             dt = o._dtype
             off = tape.load_value(o._value(), dt, ctx)
+            slots.append(len(ctx._outputs))
             ctx._outputs.append((dt.arena, off, o._shape, dt))
             o = _taped(tape, off, o._shape, o._numel, dt, True)
+        else:
+            slots.append((o._shape, o._dtype.np))
         results.append(o)
+    ctx._grad_slots = slots
     if not ctx._outputs:
         return out
     ctx._stop = tape.n

@@ -8,6 +8,7 @@ record, AddmmBackward0 as torch).  The losses live in
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.api import argument_error, front_end as _front_end
 from tapejit.creation import rng as _rng
 from tapejit.nn.losses import (
     binary_cross_entropy,
@@ -91,7 +92,9 @@ def dropout(input, p=0.5, training=True, inplace=False):
 
 def one_hot(tensor, num_classes=-1):
     """int64 one-hot encoding along a new last dimension."""
-    if not isinstance(tensor, Tensor) or tensor._dtype is not dtypes.int64:
+    if not isinstance(tensor, Tensor):
+        raise argument_error("one_hot", "input", 1, tensor, "Tensor")
+    if tensor._dtype is not dtypes.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     values = tensor._value()
     if num_classes == -1:
@@ -108,6 +111,11 @@ def one_hot(tensor, num_classes=-1):
 def embedding(input, weight, padding_idx=None):
     """Rows of ``weight`` picked by the int64 ``input`` (its gradient scatters back into
     the rows, summing repeats).  The ``padding_idx`` row is returned but gets no gradient."""
+    # torch's order and positions: its embedding() takes (weight, indices)
+    if not isinstance(weight, Tensor):
+        raise argument_error("embedding", "weight", 1, weight, "Tensor")
+    if not isinstance(input, Tensor):
+        raise argument_error("embedding", "indices", 2, input, "Tensor")
     if not isinstance(input, Tensor) or input._dtype is not dtypes.int64:
         got = type_name(input) if isinstance(input, Tensor) else type(input).__name__
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar "
@@ -153,6 +161,18 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if bias is not None:
         out = bias + out
     return out
+
+
+# torch's TypeError naming the argument that is not a tensor, from a front end built from
+# each signature (api.front_end: one more Python frame per call, nothing measurable for a
+# layer).  softplus checks where a non-tensor fails instead (scalar code calls it per op);
+# sigmoid, tanh, softmax, log_softmax, normalize and the MSE, L1 and BCE losses are not
+# wrapped: torch implements them in Python on tensor methods, so a non-tensor raises
+# AttributeError there, as here.
+for _name in ("relu", "leaky_relu", "silu", "elu", "gelu", "linear", "dropout", "layer_norm", "cross_entropy",
+              "nll_loss"):
+    globals()[_name] = _front_end(globals()[_name], _name)
+del _name
 
 
 # ---- convolution, pooling, upsampling (their ops: tapejit/ops/conv.py, tapejit/ops/pool.py) ----

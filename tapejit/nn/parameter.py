@@ -50,7 +50,13 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __new__(cls, data=None, requires_grad=True):
-        return _fill(_new(cls), _leaf_array(data), requires_grad)
+        p = _new(cls)
+        # Set, not left unset: a load or a backward reads them with getattr and a default,
+        # which for an unset slot raises and catches AttributeError (see tensor._concrete).
+        p._version = 0
+        p._grad = None
+        p._hooks = None
+        return _fill(p, _leaf_array(data), requires_grad)
 
     def __init__(self, data=None, requires_grad=True):
         pass  # everything is set in __new__ (Tensor.__init__ would rebuild the value)

@@ -124,6 +124,7 @@ BINARY_CROSS_ENTROPY = define_binary(
 
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
+from tapejit.dtypes import as_dtype  # noqa: E402
 from tapejit.recording import record, record_binary, float_input, on_tape, eager  # noqa: E402
 from tapejit.shapes import wrap_dim, numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -138,7 +139,7 @@ def _softmax(op, input, dim, log, dtype):
         return record(op, (input,), shape, input._dtype, p, 1 if log else 0)
     x = float_input(input)
     if dtype is not None:
-        x = x.to(dtype)
+        x = x.to(as_dtype(dtype, op.name))
     if not on_tape(x):
         return eager(_softmax, op, x, dim, log, None)
     shape = x._shape

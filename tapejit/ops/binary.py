@@ -311,9 +311,19 @@ def _scalar_fast(op, t, c):
     return record_unary(op, t, float(c))
 
 
+def _int64_scalar(name, c):
+    """An integer scalar for NumPy's int64 arithmetic.  torch reads one in [2**63, 2**64) as
+    uint64 wrapped to a negative int64 (so its ``x < 2**63`` is False) and refuses the rest;
+    tapejit refuses all that int64 cannot hold, never a wrapped value."""
+    if not -0x8000000000000000 <= c <= 0x7FFFFFFFFFFFFFFF:
+        raise OverflowError(f"{name}: the Python int {c} does not fit in int64 (range [-2**63, 2**63 - 1]); "
+                            f"tapejit refuses it rather than wrap it modulo 2**64")
+    return c
+
+
 def _scalar_op(op, t, c, numpy_fn):
     if _int_result(t, c):
-        return _concrete(np.asarray(numpy_fn(t._value(), c)))
+        return _concrete(np.asarray(numpy_fn(t._value(), _int64_scalar(op.name.removesuffix("_scalar"), c))))
     return record_unary(op, t, float(c))
 
 
@@ -350,7 +360,7 @@ def sub(input, other, alpha=1):
         return record_binary(SUB, input, other, np.subtract)
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(input._value() - other * alpha))
+            return _concrete(np.asarray(input._value() - _int64_scalar("sub", other * alpha)))
         return record_unary(SUB_SCALAR, input, -float(other) * alpha)
     return sub(input, as_tensor_operand(other, input), alpha)
 
@@ -362,7 +372,7 @@ export(sub, name="subtract", method=True)
 def rsub(input, other, alpha=1):
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(other - input._value()))
+            return _concrete(np.asarray(_int64_scalar("rsub", other) - input._value()))
         if alpha != 1:
             input = mul(input, alpha)
         return record_unary(_u.RSUB_SCALAR, input, float(other))

@@ -488,9 +488,41 @@ def flatten(input, start_dim=0, end_dim=-1):
 
 @export(method=True)
 def unflatten(input, dim, sizes):
-    d = _wrap_dim(dim, len(input._shape), "unflatten")
-    inner = _resolve_shape(tuple(sizes), input._shape[d], "unflatten")
-    return _reshaped(input, input._shape[:d] + inner + input._shape[d + 1:])
+    shape = input._shape
+    if not shape:
+        raise RuntimeError(f"unflatten: Dimension specified as {dim} but tensor has no dimensions")
+    d = _wrap_dim(dim, len(shape), "unflatten")
+    if not isinstance(sizes, (tuple, list)):
+        raise TypeError(f"unflatten(): argument 'sizes' (position 2) must be tuple of ints, not "
+                        f"{type(sizes).__name__}")
+    inner = []
+    for i, s in enumerate(sizes):
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer, Tensor)):
+            raise TypeError(f"unflatten(): argument 'sizes' (position 2) must be tuple of ints, but found "
+                            f"element of type {type(s).__name__} at pos {i}")
+        inner.append(s.__index__())
+    if not inner:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    if inner.count(-1) > 1:
+        raise RuntimeError("unflatten: only one dimension can be inferred")
+    for i, s in enumerate(inner):
+        if s < -1:
+            raise RuntimeError(f"unflatten: invalid shape dimension {s} at index {i} of shape {inner}")
+    n = shape[d]
+    known = _numel([s for s in inner if s != -1])
+    if -1 in inner:
+        if n == 0 and known == 0:
+            raise RuntimeError(f"unflatten: cannot reshape tensor of 0 elements into shape {inner} because the "
+                               f"unspecified dimension size -1 can be any value and is ambiguous")
+        fits = known != 0 and n % known == 0
+    else:
+        fits = known == n
+    if not fits:
+        raise RuntimeError(f"unflatten: Provided sizes {inner} don't multiply up to the size of dim {d} ({n}) "
+                           f"in the input tensor")
+    if -1 in inner:
+        inner[inner.index(-1)] = n // known
+    return _reshaped(input, shape[:d] + tuple(inner) + shape[d + 1:])
 
 
 @export(method=True)

@@ -479,6 +479,7 @@ from tapejit.shapes import reduced_dims, reduced_shape, sum_layout, axis_layout,
 from tapejit.tape import state as _state, current as _current  # noqa: E402
 from tapejit.tensor import _concrete  # noqa: E402
 from tapejit import dtypes as _dtypes  # noqa: E402
+from tapejit.dtypes import as_dtype as _as_dtype  # noqa: E402
 
 AMIN = same_kernels("amin", "AminBackward0", AMAX,
                     samples=cases(("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct),
@@ -499,7 +500,7 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
         q = tape.add_floats((1.0 / n if n else float("nan")) if scale_by_count else 1.0)
         return record(op, (x,), (), x._dtype, p, q)
     if dtype is not None:
-        x = x.to(dtype)
+        x = x.to(_as_dtype(dtype, "mean" if scale_by_count else "sum"))
     dims = reduced_dims(dim, len(x._shape), op.name)
     shape = reduced_shape(x._shape, dims, keepdim)
     if not x._dtype.is_floating_point:
@@ -690,7 +691,7 @@ def argmin(input, dim=None, keepdim=False):
 @export(method=True)
 def prod(input, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
-        input = input.to(dtype)
+        input = input.to(_as_dtype(dtype, "prod"))
     if not input._dtype.is_floating_point:
         return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
     kind = 2.0 if not input._shape else 1.0 if dim is None else 0.0   # see prod_backward
@@ -704,6 +705,8 @@ def logsumexp(input, dim, keepdim=False):
 
 @export(method=True)
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    if dtype is not None:   # torch computes the norm in dtype, the input cast first
+        input = input.to(_as_dtype(dtype, "norm"))
     if p == "fro" or p is None:
         p = 2.0
     if p == "inf":
@@ -763,10 +766,14 @@ def any(input, dim=None, keepdim=False):
 
 
 @export(method=True)
-def cumsum(input, dim):
+def cumsum(input, dim, *, dtype=None):
+    if dtype is not None:
+        input = input.to(_as_dtype(dtype, "cumsum"))
     if input._rg:
         raise NotImplementedError("tapejit: cumsum is not differentiable yet")
-    return _concrete(np.cumsum(input._value(), axis=dim))
+    v = input._value()
+    # torch sums bools as int64; NumPy's cumsum of bools is the platform int
+    return _concrete(np.cumsum(v, axis=dim, dtype=np.int64 if v.dtype == np.bool_ else None))
 
 
 del _dtypes, _cast

@@ -497,10 +497,10 @@ LEAKY_RELU = define_activation("leaky_relu", "LeakyReluBackward0", leaky_relu_va
 # (Defined after all rules so the opcodes above stay in one block.)
 import numpy as _np  # noqa: E402
 
-from tapejit.api import export  # noqa: E402
+from tapejit.api import argument_error, export  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
 from tapejit.recording import record_unary  # noqa: E402
-from tapejit.tensor import _concrete  # noqa: E402
+from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
 
 def _unary_front(op, public, int_numpy=None):
@@ -584,7 +584,13 @@ def clamp_max_(input, max):
 
 
 def softplus(input, beta=1.0, threshold=20.0):
-    return record_unary(SOFTPLUS, input, float(beta), float(threshold))
+    # Checked where a non-tensor fails, not in a front end: scalar code calls this per op.
+    try:
+        return record_unary(SOFTPLUS, input, float(beta), float(threshold))
+    except AttributeError:
+        if not isinstance(input, Tensor):
+            raise argument_error("softplus", "input", 1, input, "Tensor") from None
+        raise
 
 
 def gelu(input, approximate="none"):

@@ -25,7 +25,7 @@ _one_at_a_time = threading.Lock()
 
 def _rows_of(x, name):
     if isinstance(x, Tensor):
-        x = x.detach()._value()
+        x = x._value()
     x = np.asarray(x)
     if x.ndim == 0:
         raise CompileError(f"{name}.batch: every batched argument needs a leading batch axis, got a 0-d value")

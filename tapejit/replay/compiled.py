@@ -65,7 +65,9 @@ def _key(x):
 def _leaf_key(a):
     if type(a) is np.ndarray:
         return ("leaf", a.shape, a.dtype == np.float32)
-    a = a.detach()._value() if isinstance(a, Tensor) else np.asarray(a)
+    if isinstance(a, Tensor):   # its shape and dtype: no value is computed for the key
+        return ("leaf", a._shape, a._dtype is dtypes.float32)
+    a = np.asarray(a)
     return ("leaf", a.shape, a.dtype == np.float32)
 
 
