@@ -279,6 +279,9 @@ NEAREST_EXACT_1D = same_kernels(
 
 
 # ---- front ends ---------------------------------------------------------------------------
+# ``tj.max_pool2d`` and the others torch has at its top level are exported there too;
+# ``avg_pool2d``, ``adaptive_*_pool2d`` and ``interpolate`` are ``nn.functional``'s only, as
+# in torch (whose ``torch.adaptive_max_pool1d`` returns indices too: not exported either).
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export, type_name as _type_name  # noqa: E402
 from tapejit.ops.conv import int_tuple  # noqa: E402
@@ -553,7 +556,6 @@ def _dims_2_to_3(xs, fn):
                            f"'self' (while checking arguments for {fn})")
 
 
-@export
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     _check_input(input, "avg_pool2d")
@@ -601,7 +603,6 @@ def _with_defaults(output_size, shape, fn):
     return int_tuple(output_size, fn, "output_size") * 2
 
 
-@export
 def adaptive_avg_pool2d(input, output_size):
     _check_input(input, "adaptive_avg_pool2d")
     size = _with_defaults(output_size, input._shape, "adaptive_avg_pool2d")
@@ -634,7 +635,6 @@ def adaptive_avg_pool1d(input, output_size):
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
 
 
-@export
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     _check_input(input, "adaptive_max_pool2d")
     size = _with_defaults(output_size, input._shape, "adaptive_max_pool2d")
@@ -657,7 +657,6 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     return _max_pool(ADAPTIVE_MAX_POOL, input, rows, cols, xs[:-2] + size, return_indices, "adaptive_max_pool2d")
 
 
-@export
 def adaptive_max_pool1d(input, output_size, return_indices=False):
     _check_input(input, "adaptive_max_pool1d")
     _dims_2_to_3(input._shape, "adaptive_max_pool1d")
