@@ -32,6 +32,17 @@ from tapejit.nn.module import Module
 from tapejit.nn import hooks  # noqa: F401
 from tapejit.nn.parameter import Parameter
 from tapejit.nn import utils  # noqa: F401
+from tapejit.nn.normalization import (
+           BatchNorm1d,
+           BatchNorm2d,
+           BatchNorm3d,
+           GroupNorm,
+           InstanceNorm1d,
+           InstanceNorm2d,
+           InstanceNorm3d,
+           LocalResponseNorm,
+)
+from tapejit.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
            "ELU",
@@ -66,4 +77,20 @@ __all__ = [
            "Unflatten",
            "functional",
            "init",
+           "BatchNorm1d",
+           "BatchNorm2d",
+           "BatchNorm3d",
+           "GroupNorm",
+           "InstanceNorm1d",
+           "InstanceNorm2d",
+           "InstanceNorm3d",
+           "LocalResponseNorm",
+           "GRU",
+           "GRUCell",
+           "LSTM",
+           "LSTMCell",
+           "RNN",
+           "RNNBase",
+           "RNNCell",
+           "RNNCellBase",
 ]

@@ -7,4 +7,5 @@ from tapejit.ops import (  # noqa: F401
     reduce,
     linalg,
     activation,
+    norm, rnn,
 )

@@ -1,0 +1,470 @@
+"""Recurrent layers: one record runs a whole layer (one direction) of an LSTM, GRU or
+Elman RNN over its sequence, forward and backward, and the cells are the same kernels
+over one step.
+
+Why one record per layer, not per step: a layer's step is a handful of small ops (the
+recurrent product, gate activations, the cell update), and recorded one by one an
+LSTM step of 20 x 64 paid more in recording, dispatch and passes over memory than in
+arithmetic (35 steps: ~600 records, 8.7 ms a training step, torch 5.8 ms).  Here the
+input projection of every step is one ``linear`` record before the layer (as torch's
+CPU path does), and the layer record computes the recurrence with one ``gemm`` per
+step and fused element loops; backward is back-propagation through time in the same
+kernel, accumulating the weight gradients in one ``gemm`` over all steps.
+
+The record's result is the output sequence, ``(T, B, P)`` (``P`` the projection size,
+else the hidden size), followed in the arena by the values the backward pass reads:
+the initial state, the activated gates and the cell states.  Only the output is a
+tensor; its adjoint is written by its consumers as any tensor's, and the kernel uses the
+adjoint area of the rest as scratch.  The final cell state of an LSTM is taken out by
+``lstm_c`` (``AddBackward0``, torch's node for ``c``), whose backward marks the flag
+byte at the cell state's position, so the layer knows whether a gradient arrived there.
+
+Layout at ``ints[p]``: [mode (0 LSTM, 1 GRU, 2 tanh, 3 relu), T, B, H, P, reverse,
+has_h0, h0, has_c0, c0, has_b_hh, b_hh, has_w_hr, w_hr (operands encoded like a and b),
+and the offsets from ``out`` of: h0 copy, gates, cell states (LSTM) or the recurrent
+products ``W_hh h + b_hh`` (GRU), c0 copy, projection inputs].  Operand a is the input
+projection ``x W_ih^T + b_ih`` (``T*B`` rows of ``G*H`` gates), b is ``W_hh``.
+Gate order as torch: LSTM i, f, g, o; GRU r, z, n with ``n = tanh(x_n + r * (W_hn h + b_hn))``.
+"""
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from tapejit._jit import kernel
+from tapejit.ops._blas import matmul_into
+from tapejit.ops._kernel_helpers import acc, at, claim, decode
+from tapejit.ops._kernel_helpers import tanh as fast_tanh
+from tapejit.registry import define_kernel, same_kernels
+from tapejit.samples import bounded, cases
+
+LSTM_MODE, GRU_MODE, TANH_MODE, RELU_MODE = 0, 1, 2, 3
+GATES = (4, 3, 1, 1)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@overload(sigmoid)
+def _sigmoid_compiled(x):
+    if x == types.float32:
+        # 1/2 + tanh(x/2)/2 with the vectorizable float32 tanh: within ~1e-7 of the exact
+        # value, where a scalar expf per gate element was a third of a layer's time.
+        def by_tanh(x):
+            return np.float32(0.5) + np.float32(0.5) * fast_tanh(np.float32(0.5) * x)
+        return by_tanh
+
+    def exact(x):
+        # exp of a non-positive argument only: no overflow on either side
+        e = np.exp(-abs(x))
+        s = 1.0 / (1.0 + e)
+        return s if x >= 0 else e * s
+    return exact
+
+
+@kernel
+def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
+    mode = ints[p]
+    T = ints[p + 1]
+    B = ints[p + 2]
+    H = ints[p + 3]
+    P = ints[p + 4]
+    rev = ints[p + 5] != 0
+    G = 4 if mode == 0 else (3 if mode == 1 else 1)
+    GH = G * H
+    one = np.ones(1, v.dtype)[0]
+    zero = one - one
+    h0 = out + ints[p + 14]
+    gates = out + ints[p + 15]
+    extra = out + ints[p + 16]     # LSTM: cell states; GRU: W_hh h + b_hh
+    c0 = out + ints[p + 17]
+    hraw = out + ints[p + 18]
+    has_bhh = ints[p + 10] != 0
+    bhh = decode(ints[p + 11])
+    proj = ints[p + 12] != 0
+    whr = decode(ints[p + 13])
+    if ints[p + 6] != 0:
+        src = decode(ints[p + 7])
+        for k in range(B * P):
+            v[at(h0 + k)] = v[at(src + k)]
+    else:
+        for k in range(B * P):
+            v[at(h0 + k)] = zero
+    if mode == 0:
+        if ints[p + 8] != 0:
+            src = decode(ints[p + 9])
+            for k in range(B * H):
+                v[at(c0 + k)] = v[at(src + k)]
+        else:
+            for k in range(B * H):
+                v[at(c0 + k)] = zero
+    for s in range(T):
+        t = T - 1 - s if rev else s
+        tp = t + 1 if rev else t - 1
+        hp = h0 if s == 0 else out + tp * B * P
+        ot = out + t * B * P
+        xt = a + t * B * GH
+        if mode == 1:
+            ght = extra + t * B * GH
+            for i in range(B):
+                row = ght + i * GH
+                for j in range(GH):
+                    v[at(row + j)] = v[at(bhh + j)] if has_bhh else zero
+            matmul_into(v, ght, v, hp, v, b, B, P, GH, False, True, True)
+            for i in range(B):
+                gi = gates + i * GH + t * B * GH
+                hi = ght + i * GH
+                xi = xt + i * GH
+                for j in range(2 * H):
+                    v[at(gi + j)] = sigmoid(v[at(xi + j)] + v[at(hi + j)])
+                for j in range(H):
+                    r = v[at(gi + j)]
+                    z = v[at(gi + H + j)]
+                    n = fast_tanh(v[at(xi + 2 * H + j)] + r * v[at(hi + 2 * H + j)])
+                    v[at(gi + 2 * H + j)] = n
+                    v[at(ot + i * P + j)] = (one - z) * n + z * v[at(hp + i * P + j)]
+            continue
+        gt = gates + t * B * GH
+        for i in range(B):
+            row = gt + i * GH
+            xi = xt + i * GH
+            if has_bhh:
+                for j in range(GH):
+                    v[at(row + j)] = v[at(xi + j)] + v[at(bhh + j)]
+            else:
+                for j in range(GH):
+                    v[at(row + j)] = v[at(xi + j)]
+        matmul_into(v, gt, v, hp, v, b, B, P, GH, False, True, True)
+        if mode == 0:
+            ct = extra + t * B * H
+            cp = c0 if s == 0 else extra + tp * B * H
+            dst = hraw + t * B * H if proj else ot
+            for i in range(B):
+                gi = gt + i * GH
+                for j in range(2 * H):
+                    v[at(gi + j)] = sigmoid(v[at(gi + j)])
+                for j in range(H):
+                    v[at(gi + 2 * H + j)] = fast_tanh(v[at(gi + 2 * H + j)])
+                for j in range(H):
+                    v[at(gi + 3 * H + j)] = sigmoid(v[at(gi + 3 * H + j)])
+                for j in range(H):
+                    e = i * H + j
+                    c = v[at(gi + H + j)] * v[at(cp + e)] + v[at(gi + j)] * v[at(gi + 2 * H + j)]
+                    v[at(ct + e)] = c
+                    v[at(dst + e)] = v[at(gi + 3 * H + j)] * fast_tanh(c)
+            if proj:
+                matmul_into(v, ot, v, dst, v, whr, B, H, P, False, True, False)
+        elif mode == 2:
+            for k in range(B * H):
+                v[at(ot + k)] = fast_tanh(v[at(gt + k)])
+        else:
+            for k in range(B * H):
+                x = v[at(gt + k)]
+                v[at(ot + k)] = zero if x <= zero else x   # NaN stays NaN, as torch's relu
+
+
+@kernel
+def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # g[out ...] holds the output's gradient (the final hidden state's included: it is a
+    # row of the output); the rest of the region's adjoint is scratch for this kernel.
+    mode = ints[p]
+    T = ints[p + 1]
+    B = ints[p + 2]
+    H = ints[p + 3]
+    P = ints[p + 4]
+    rev = ints[p + 5] != 0
+    G = 4 if mode == 0 else (3 if mode == 1 else 1)
+    GH = G * H
+    one = np.ones(1, v.dtype)[0]
+    zero = one - one
+    h0 = out + ints[p + 14]
+    gates = out + ints[p + 15]
+    extra = out + ints[p + 16]
+    c0 = out + ints[p + 17]
+    hraw = out + ints[p + 18]
+    proj = ints[p + 12] != 0
+    whr = decode(ints[p + 13])
+    dh = h0          # the recurrent gradient dL/dh_{t-1}, in h0's adjoint
+    dc = c0          # and dL/dc_{t-1} (LSTM), in c0's
+    for k in range(B * P):
+        g[at(dh + k)] = zero
+    has_dcn = False
+    cn = extra + (0 if rev else T - 1) * B * H
+    if mode == 0:
+        for k in range(B * H):
+            g[at(dc + k)] = zero
+        if T > 0 and B * H > 0 and flags[cn] != 0:   # lstm_c's mark: the final cell state has a gradient
+            flags[cn] = 0
+            has_dcn = True
+    for s in range(T - 1, -1, -1):
+        t = T - 1 - s if rev else s
+        tp = t + 1 if rev else t - 1
+        hp = h0 if s == 0 else out + tp * B * P
+        ot = out + t * B * P
+        for k in range(B * P):    # the total gradient of h_t, kept for the projection's
+            g[at(ot + k)] += g[at(dh + k)]
+        gt = gates + t * B * GH
+        if mode == 1:
+            ght = extra + t * B * GH
+            for i in range(B):
+                gi = gt + i * GH
+                hi = ght + i * GH
+                for j in range(H):
+                    e = i * P + j
+                    r = v[at(gi + j)]
+                    z = v[at(gi + H + j)]
+                    n = v[at(gi + 2 * H + j)]
+                    d = g[at(ot + e)]
+                    dn = d * (one - z) * (one - n * n)
+                    dr = dn * v[at(hi + 2 * H + j)] * r * (one - r)
+                    dz = d * (v[at(hp + e)] - n) * z * (one - z)
+                    g[at(gi + j)] = dr
+                    g[at(gi + H + j)] = dz
+                    g[at(gi + 2 * H + j)] = dn
+                    g[at(hi + j)] = dr
+                    g[at(hi + H + j)] = dz
+                    g[at(hi + 2 * H + j)] = dn * r
+                    g[at(dh + e)] = d * z
+            matmul_into(g, dh, g, ght, v, b, B, GH, P, False, False, True)
+            continue
+        if mode == 0:
+            ct = extra + t * B * H
+            cp = c0 if s == 0 else extra + tp * B * H
+            src = ot
+            if proj:
+                src = hraw + t * B * H
+                matmul_into(g, src, g, ot, v, whr, B, P, H, False, False, False)
+            for i in range(B):
+                gi = gt + i * GH
+                for j in range(H):
+                    e = i * H + j
+                    ig = v[at(gi + j)]
+                    fg = v[at(gi + H + j)]
+                    gg = v[at(gi + 2 * H + j)]
+                    og = v[at(gi + 3 * H + j)]
+                    tc = fast_tanh(v[at(ct + e)])
+                    dhr = g[at(src + e)]
+                    d = g[at(dc + e)] + dhr * og * (one - tc * tc)
+                    if has_dcn and s == T - 1:
+                        d += g[at(cn + e)]
+                    g[at(gi + j)] = d * gg * ig * (one - ig)
+                    g[at(gi + H + j)] = d * v[at(cp + e)] * fg * (one - fg)
+                    g[at(gi + 2 * H + j)] = d * ig * (one - gg * gg)
+                    g[at(gi + 3 * H + j)] = dhr * tc * og * (one - og)
+                    g[at(dc + e)] = d * fg
+        elif mode == 2:
+            for k in range(B * H):
+                y = v[at(ot + k)]
+                g[at(gt + k)] = g[at(ot + k)] * (one - y * y)
+        else:
+            for k in range(B * H):
+                g[at(gt + k)] = g[at(ot + k)] if v[at(ot + k)] > zero else zero
+        matmul_into(g, dh, g, gt, v, b, B, GH, P, False, False, False)
+    # the initial states' gradients
+    if ints[p + 6] != 0:
+        enc = ints[p + 7]
+        mode_h = claim(flags, enc)
+        if mode_h != 0:
+            dst = decode(enc)
+            for k in range(B * P):
+                acc(g, dst + k, g[at(dh + k)], mode_h)
+    if mode == 0 and ints[p + 8] != 0:
+        enc = ints[p + 9]
+        mode_c = claim(flags, enc)
+        if mode_c != 0:
+            dst = decode(enc)
+            for k in range(B * H):
+                acc(g, dst + k, g[at(dc + k)], mode_c)
+    # gradients of the recurrent pre-activations, one row of G*H per step and batch entry:
+    # for a GRU the n part differs between the input's (dn) and the recurrent one's (dn * r)
+    drec = extra if mode == 1 else gates
+    if ma != 0:
+        for k in range(T * B * GH):
+            acc(g, a + k, g[at(gates + k)], ma)
+    if ints[p + 10] != 0:
+        enc = ints[p + 11]
+        mode_b = claim(flags, enc)
+        if mode_b != 0:
+            dst = decode(enc)
+            for j in range(GH):
+                total = zero
+                for row in range(T * B):
+                    total += g[at(drec + row * GH + j)]
+                acc(g, dst + j, total, mode_b)
+    if mb != 0 and T > 0:
+        # dW_hh = sum over steps of dG_t^T h_{t-1}: the steps whose h_{t-1} is an output row
+        # in one product, the first step (h0) in another
+        rows = (T - 1) * B
+        if rev:
+            matmul_into(g, b, g, drec, v, out + B * P, GH, rows, P, True, False, mb == 2)
+            matmul_into(g, b, g, drec + rows * GH, v, h0, GH, B, P, True, False, True)
+        else:
+            matmul_into(g, b, g, drec + B * GH, v, out, GH, rows, P, True, False, mb == 2)
+            matmul_into(g, b, g, drec, v, h0, GH, B, P, True, False, True)
+    if proj:
+        mode_r = claim(flags, ints[p + 13])
+        if mode_r != 0:   # dW_hr = sum over steps of dh_t^T (o * tanh(c))_t
+            matmul_into(g, whr, g, out, v, hraw, P, T * B, H, True, False, mode_r == 2)
+
+
+@kernel
+def cell_state_forward(v, out, a, b, p, q, ints, floats):
+    src = a + ints[p]
+    for i in range(ints[p + 1]):
+        v[at(out + i)] = v[at(src + i)]
+
+
+@kernel
+def cell_state_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # [offset of the cell state in the layer's region, its size, the layer output's size]
+    if ma == 0:
+        return
+    if ma == 1:   # the first gradient to reach the layer: its output's adjoint starts at zero
+        for i in range(ints[p + 2]):
+            g[at(a + i)] = 0.0
+    m = a + ints[p]
+    n = ints[p + 1]
+    if n == 0:
+        return
+    if flags[m] == 0:
+        flags[m] = 1
+        for i in range(n):
+            g[at(m + i)] = g[at(out + i)]
+    else:
+        for i in range(n):
+            g[at(m + i)] += g[at(out + i)]
+
+
+def _listed(ints, p):
+    fields = []
+    for k in (6, 8, 10, 12):
+        if ints[p + k]:
+            fields.append(int(ints[p + k + 1]))
+    return fields
+
+
+def _lstm(tj, x, h0, c0, *params):
+    return tj.lstm(x, (h0, c0), params, len(params) % 4 == 0, 1 if len(params) <= 4 else 2, 0.0,
+                   False, False, False)[0]
+
+
+def _lstm_no_bias_2(tj, x, h0, c0, *params):
+    return tj.lstm(x, (h0, c0), params, False, 2, 0.0, False, False, False)[0]
+
+
+def _lstm_proj(tj, x, h0, c0, *params):
+    return tj.lstm(x, (h0, c0), params, True, 1, 0.0, False, False, False)[0]
+
+
+def _gru(tj, x, h0, *params):
+    return tj.gru(x, h0, params, len(params) == 4, 1, 0.0, False, False, False)[0]
+
+
+def _rnn_tanh(tj, x, h0, *params):
+    return tj.rnn_tanh(x, h0, params, True, 1, 0.0, False, False, False)[0]
+
+
+def _rnn_relu(tj, x, h0, *params):
+    return tj.rnn_relu(x, h0, params, True, 1, 0.0, False, False, False)[0]
+
+
+# sequence 3, batch 2, input 3, hidden 2
+_X, _H = (3, 2, 3), (1, 2, 2)
+RNN_LAYER = define_kernel(
+    "rnn_layer", "StackBackward0", rnn_layer_forward, rnn_layer_backward, saved="bo", listed=_listed,
+    group="rnn",
+    samples=cases(("lstm", _lstm, [_X, _H, _H, (8, 3), (8, 2), (8,), (8,)], bounded),
+                  ("lstm_2_layers_no_bias", _lstm_no_bias_2, [_X, (2, 2, 2), (2, 2, 2), (8, 3), (8, 2), (8, 2),
+                                                               (8, 2)], bounded),
+                  ("lstm_proj", _lstm_proj, [_X, (1, 2, 1), _H, (8, 3), (8, 1), (8,), (8,), (1, 2)], bounded),
+                  ("gru", _gru, [_X, _H, (6, 3), (6, 2), (6,), (6,)], bounded),
+                  ("gru_no_bias", _gru, [_X, _H, (6, 3), (6, 2)], bounded),
+                  ("rnn_tanh", _rnn_tanh, [_X, _H, (2, 3), (2, 2), (2,), (2,)], bounded),
+                  ("rnn_relu", _rnn_relu, [_X, _H, (2, 3), (2, 2), (2,), (2,)], bounded)))
+LSTM_CELL = same_kernels(
+    "lstm_cell", "MulBackward0", RNN_LAYER,
+    samples=cases(("lstm_cell", lambda tj, x, h, c, *w: tj.lstm_cell(x, (h, c), *w)[0],
+                   [(2, 3), (2, 2), (2, 2), (8, 3), (8, 2), (8,), (8,)], bounded),
+                  ("lstm_cell_no_bias", lambda tj, x, h, c, *w: tj.lstm_cell(x, (h, c), *w)[0],
+                   [(2, 3), (2, 2), (2, 2), (8, 3), (8, 2)], bounded)))
+GRU_CELL = same_kernels(
+    "gru_cell", "AddBackward0", RNN_LAYER,
+    samples=cases(("gru_cell", lambda tj, x, h, *w: tj.gru_cell(x, h, *w),
+                   [(2, 3), (2, 2), (6, 3), (6, 2), (6,), (6,)], bounded)))
+RNN_TANH_CELL = same_kernels(
+    "rnn_tanh_cell", "TanhBackward0", RNN_LAYER,
+    samples=cases(("rnn_tanh_cell", lambda tj, x, h, *w: tj.rnn_tanh_cell(x, h, *w),
+                   [(2, 3), (2, 2), (2, 3), (2, 2), (2,), (2,)], bounded)))
+RNN_RELU_CELL = same_kernels(
+    "rnn_relu_cell", "ReluBackward0", RNN_LAYER,
+    samples=cases(("rnn_relu_cell", lambda tj, x, h, *w: tj.rnn_relu_cell(x, h, *w),
+                   [(2, 3), (2, 2), (2, 3), (2, 2), (2,), (2,)], bounded)))
+LSTM_C = define_kernel(
+    "lstm_c", "AddBackward0", cell_state_forward, cell_state_backward, saves=False, operands=1, group="rnn",
+    samples=cases(("lstm_cell_c", lambda tj, x, h, c, *w: tj.lstm_cell(x, (h, c), *w)[1],
+                   [(2, 3), (2, 2), (2, 2), (8, 3), (8, 2), (8,), (8,)], bounded)))
+
+
+# ---- recording ------------------------------------------------------------------------------
+from tapejit.recording import operand as _operand, encode_operand, record  # noqa: E402
+from tapejit.shapes import numel as _numel  # noqa: E402
+from tapejit.tape import state as _state, current as _current  # noqa: E402
+from tapejit.tensor import _taped  # noqa: E402
+
+
+def layer_region(mode, T, B, H, P, proj):
+    """Offsets from the layer record's result of the values its backward reads, and the
+    region's total size: [output, h0, gates, cell states / recurrent products, c0, projection
+    inputs]."""
+    G = GATES[mode]
+    h0 = T * B * P
+    gates = h0 + B * P
+    extra = gates + T * B * G * H
+    if mode == LSTM_MODE:
+        c0 = extra + T * B * H
+        hraw = c0 + B * H
+        end = hraw + (T * B * H if proj else 0)
+    elif mode == GRU_MODE:
+        c0 = hraw = end = extra + T * B * G * H
+    else:
+        c0 = hraw = end = extra
+    return (h0, gates, extra, c0, hraw), end
+
+
+def record_layer(op, mode, xw, w_hh, h0, c0, b_hh, w_hr, T, B, H, P, reverse, shape):
+    """Record one layer (one direction) over ``T`` steps: ``xw`` the input projection
+    (``T*B`` rows of gates), ``w_hh`` (G*H, P); ``h0``, ``c0``, ``b_hh``, ``w_hr`` may be
+    None.  Returns the output, of ``shape`` (``(T, B, P)``, or ``(B, P)`` for a cell)."""
+    dt = xw._dtype
+    tape = _state.tape or _current()
+    grad = _state.grad
+    listed = []
+    listed_rg = False
+    for t in (h0, c0, b_hh, w_hr):
+        if t is None:
+            listed += [0, -1]
+        else:
+            listed += [1, encode_operand(tape, t, dt)]
+            listed_rg = listed_rg or (grad and t._rg)
+    offsets, total = layer_region(mode, T, B, H, P, w_hr is not None)
+    p = tape.add_ints([mode, T, B, H, P, 1 if reverse else 0] + listed + list(offsets))
+    fields = []
+    rg = listed_rg
+    for t in (xw, w_hh):
+        off = t._off if (t._tape is tape and t._dtype is dt) else _operand(tape, t, dt)
+        want = grad and t._rg
+        rg = rg or want
+        fields.append(off if want else ~off)
+    off = tape.alloc(dt.arena, total)
+    tape.append(op.opcode * 2 + dt.arena, off, fields[0], fields[1], p, 0)
+    tape.groups |= op.bit
+    return _taped(tape, off, tuple(shape), _numel(shape), dt, rg)
+
+
+def final_cell_state(layer, mode_region, T, B, H, reverse):
+    """An LSTM layer's (or cell's) final cell state, ``(B, H)``: ``lstm_c`` of its record."""
+    offsets, _ = mode_region
+    tape = _state.tape or _current()
+    start = offsets[2] + (0 if reverse else T - 1) * B * H
+    p = tape.add_ints((start, B * H, layer._numel))
+    return record(LSTM_C, (layer,), (B, H), layer._dtype, p, 0)
