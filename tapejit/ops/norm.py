@@ -32,7 +32,7 @@ from tapejit.samples import anywhere, cases
 
 
 @kernel
-def norm_forward(v, out, a, b, p, q, ints, floats):
+def normalize_forward(v, out, a, b, p, q, ints, floats):
     P = ints[p]
     Q = ints[p + 1]
     S = ints[p + 2]
@@ -78,7 +78,7 @@ def norm_forward(v, out, a, b, p, q, ints, floats):
 
 
 @kernel
-def norm_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+def normalize_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     P = ints[p]
     Q = ints[p + 1]
     S = ints[p + 2]
@@ -175,7 +175,7 @@ def _eval_bn(tj, x, w, b):
 
 
 BATCH_NORM = define_kernel(
-    "batch_norm", "NativeBatchNormBackward0", norm_forward, norm_backward, listed=_bias_operand, group="norm",
+    "batch_norm", "NativeBatchNormBackward0", normalize_forward, normalize_backward, listed=_bias_operand, group="norm",
     samples=cases(("batch_norm_2d", lambda tj, x, w, b: tj.nn.functional.batch_norm(x, None, None, w, b, True),
                    [(4, 3), (3,), (3,)], anywhere),
                   ("batch_norm_4d", lambda tj, x, w, b: tj.nn.functional.batch_norm(x, None, None, w, b, True),
