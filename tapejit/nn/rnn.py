@@ -20,9 +20,9 @@ from tapejit.nn import init
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
 from tapejit.ops import rnn as _rnn
-from tapejit.ops.linalg import LINEAR, LINEAR_NO_BIAS
+from tapejit.ops.linalg import LINEAR_NO_BIAS
 from tapejit.ops.movement import cat, stack
-from tapejit.recording import eager, encode_operand, on_tape, record
+from tapejit.recording import eager, on_tape, record
 from tapejit.shapes import numel
 from tapejit.tape import current, state
 from tapejit.tensor import Tensor, _concrete
@@ -37,21 +37,17 @@ _CELL_OPS = {_rnn.LSTM_MODE: _rnn.LSTM_CELL, _rnn.GRU_MODE: _rnn.GRU_CELL,
 
 # ---- the functions --------------------------------------------------------------------------
 
-def _project(x, weight, bias):
-    """``x @ weight.T + bias`` over every row of ``x`` (any number of leading dims) as one
-    ``linear`` record of shape ``(rows, gates)``: the layer reads it by row, so the
-    sequence dims need no reshape record."""
-    inputs = (x, weight) if bias is None else (x, weight, bias)
-    if not on_tape(*inputs):
-        return eager(_project, x, weight, bias)
+def _project(x, weight):
+    """``x @ weight.T`` over every row of ``x`` (any number of leading dims) as one ``linear``
+    record of shape ``(rows, gates)``: the layer reads it by row, so the sequence dims need
+    no reshape record.  The bias is added by the layer (its gradient there is the same row
+    sums as ``b_hh``'s)."""
+    if not on_tape(x, weight):
+        return eager(_project, x, weight)
     rows, k, n = numel(x._shape[:-1]), x._shape[-1], weight._shape[0]
     tape = state.tape or current()
-    dt = x._dtype
-    if bias is None:
-        p = tape.add_ints((rows, k, n, 0, -1))
-        return record(LINEAR_NO_BIAS, (x, weight), (rows, n), dt, p, 0)
-    p = tape.add_ints((rows, k, n, 1, encode_operand(tape, bias, dt)))
-    return record(LINEAR, (x, weight), (rows, n), dt, p, 0, listed_rg=bias._rg and state.grad)
+    p = tape.add_ints((rows, k, n, 0, -1))
+    return record(LINEAR_NO_BIAS, (x, weight), (rows, n), x._dtype, p, 0)
 
 
 def _outputs_without_grad(fn, *args):
@@ -140,10 +136,10 @@ def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidire
                     raise RuntimeError(f"{name}: {label} has shape {list(state_all._shape)}, expected "
                                        f"{[num_layers * directions, B, size]}")
             reverse = direction == 1
-            xw = _project(layer_input, w_ih, b_ih)
+            xw = _project(layer_input, w_ih)
             h0 = h_all[k]
             c0 = c_all[k] if c_all is not None else None
-            out = _rnn.record_layer(_rnn.RNN_LAYER, mode, xw, w_hh, h0, c0, b_hh, w_hr, T, B, H, P,
+            out = _rnn.record_layer(_rnn.RNN_LAYER, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P,
                                     reverse, (T, B, P))
             outs.append(out)
             final_h.append(out[0] if reverse else out[T - 1])
@@ -216,8 +212,8 @@ def _cell(mode, input, hx, w_ih, w_hh, b_ih, b_hh):
                                f"{t._shape[0] if t.dim() else 1}")
         if t._shape[1] != H:
             raise RuntimeError(f"hidden{label} has inconsistent hidden_size: got {t._shape[1]}, expected {H}")
-    xw = _project(input, w_ih, b_ih)
-    h = _rnn.record_layer(_CELL_OPS[mode], mode, xw, w_hh, h0, c0, b_hh, None, 1, B, H, H, False, (B, H))
+    xw = _project(input, w_ih)
+    h = _rnn.record_layer(_CELL_OPS[mode], mode, xw, w_hh, h0, c0, b_ih, b_hh, None, 1, B, H, H, False, (B, H))
     if mode != _rnn.LSTM_MODE:
         return h
     c = _rnn.final_cell_state(h, _rnn.layer_region(mode, 1, B, H, H, False), 1, B, H, False)

@@ -20,10 +20,11 @@ adjoint area of the rest as scratch.  The final cell state of an LSTM is taken o
 byte at the cell state's position, so the layer knows whether a gradient arrived there.
 
 Layout at ``ints[p]``: [mode (0 LSTM, 1 GRU, 2 tanh, 3 relu), T, B, H, P, reverse,
-has_h0, h0, has_c0, c0, has_b_hh, b_hh, has_w_hr, w_hr (operands encoded like a and b),
-and the offsets from ``out`` of: h0 copy, gates, cell states (LSTM) or the recurrent
-products ``W_hh h + b_hh`` (GRU), c0 copy, projection inputs].  Operand a is the input
-projection ``x W_ih^T + b_ih`` (``T*B`` rows of ``G*H`` gates), b is ``W_hh``.
+has_h0, h0, has_c0, c0, has_b_hh, b_hh, has_w_hr, w_hr, has_b_ih, b_ih (operands encoded
+like a and b), and the offsets from ``out`` of: h0 copy, gates, cell states (LSTM) or the
+recurrent products ``W_hh h + b_hh`` (GRU), c0 copy, projection inputs].  Operand a is
+the input projection ``x W_ih^T`` (``T*B`` rows of ``G*H`` gates; its bias is added here,
+where its gradient is the same row sums as ``b_hh``'s), b is ``W_hh``.
 Gate order as torch: LSTM i, f, g, o; GRU r, z, n with ``n = tanh(x_n + r * (W_hn h + b_hn))``.
 """
 import numpy as np
@@ -74,15 +75,39 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
     GH = G * H
     one = np.ones(1, v.dtype)[0]
     zero = one - one
-    h0 = out + ints[p + 14]
-    gates = out + ints[p + 15]
-    extra = out + ints[p + 16]     # LSTM: cell states; GRU: W_hh h + b_hh
-    c0 = out + ints[p + 17]
-    hraw = out + ints[p + 18]
-    has_bhh = ints[p + 10] != 0
-    bhh = decode(ints[p + 11])
+    h0 = out + ints[p + 16]
+    gates = out + ints[p + 17]
+    extra = out + ints[p + 18]     # LSTM: cell states; GRU: W_hh h + b_hh
+    c0 = out + ints[p + 19]
+    hraw = out + ints[p + 20]
     proj = ints[p + 12] != 0
     whr = decode(ints[p + 13])
+    # both biases in one row (GRU: b_ih only, its b_hh goes with the recurrent product)
+    bias = np.zeros(GH, v.dtype)
+    if ints[p + 14] != 0:
+        src = decode(ints[p + 15])
+        for j in range(GH):
+            bias[j] += v[at(src + j)]
+    rbias = np.zeros(GH, v.dtype)
+    if ints[p + 10] != 0:
+        src = decode(ints[p + 11])
+        for j in range(GH):
+            rbias[j] = v[at(src + j)]
+    if mode != 1:
+        for j in range(GH):
+            bias[j] += rbias[j]
+    # W_hh^T (and W_hr^T) laid out once per call: BLAS multiplies by a transposed operand
+    # ~3x slower than by a plain one at these sizes (20 x 64 x 256: 24 against 76 GFlop/s)
+    wt = np.empty(P * GH, v.dtype)
+    tc = np.empty(B * H if mode == 0 else 0, v.dtype)
+    for r in range(GH):
+        for c in range(P):
+            wt[c * GH + r] = v[at(b + r * P + c)]
+    wrt = np.empty(H * P if proj else 0, v.dtype)
+    if proj:
+        for r in range(P):
+            for c in range(H):
+                wrt[c * P + r] = v[at(whr + r * H + c)]
     if ints[p + 6] != 0:
         src = decode(ints[p + 7])
         for k in range(B * P):
@@ -98,49 +123,50 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
         else:
             for k in range(B * H):
                 v[at(c0 + k)] = zero
+    # Element loops have one store each and few loads: LLVM vectorizes a loop only when it
+    # can check at run time that its stores and loads do not overlap, and gives up past a
+    # handful of pointers.
     for s in range(T):
         t = T - 1 - s if rev else s
         tp = t + 1 if rev else t - 1
         hp = h0 if s == 0 else out + tp * B * P
         ot = out + t * B * P
         xt = a + t * B * GH
+        gt = gates + t * B * GH
         if mode == 1:
             ght = extra + t * B * GH
             for i in range(B):
                 row = ght + i * GH
                 for j in range(GH):
-                    v[at(row + j)] = v[at(bhh + j)] if has_bhh else zero
-            matmul_into(v, ght, v, hp, v, b, B, P, GH, False, True, True)
+                    v[at(row + j)] = rbias[j]
+            matmul_into(v, ght, v, hp, wt, 0, B, P, GH, False, False, True)
             for i in range(B):
-                gi = gates + i * GH + t * B * GH
+                gi = gt + i * GH
                 hi = ght + i * GH
                 xi = xt + i * GH
                 for j in range(2 * H):
-                    v[at(gi + j)] = sigmoid(v[at(xi + j)] + v[at(hi + j)])
+                    v[at(gi + j)] = sigmoid(v[at(xi + j)] + bias[j] + v[at(hi + j)])
                 for j in range(H):
-                    r = v[at(gi + j)]
+                    v[at(gi + 2 * H + j)] = fast_tanh(v[at(xi + 2 * H + j)] + bias[2 * H + j]
+                                                      + v[at(gi + j)] * v[at(hi + 2 * H + j)])
+                e0 = i * P
+                for j in range(H):
                     z = v[at(gi + H + j)]
-                    n = fast_tanh(v[at(xi + 2 * H + j)] + r * v[at(hi + 2 * H + j)])
-                    v[at(gi + 2 * H + j)] = n
-                    v[at(ot + i * P + j)] = (one - z) * n + z * v[at(hp + i * P + j)]
+                    v[at(ot + e0 + j)] = (one - z) * v[at(gi + 2 * H + j)] + z * v[at(hp + e0 + j)]
             continue
-        gt = gates + t * B * GH
         for i in range(B):
             row = gt + i * GH
             xi = xt + i * GH
-            if has_bhh:
-                for j in range(GH):
-                    v[at(row + j)] = v[at(xi + j)] + v[at(bhh + j)]
-            else:
-                for j in range(GH):
-                    v[at(row + j)] = v[at(xi + j)]
-        matmul_into(v, gt, v, hp, v, b, B, P, GH, False, True, True)
+            for j in range(GH):
+                v[at(row + j)] = v[at(xi + j)] + bias[j]
+        matmul_into(v, gt, v, hp, wt, 0, B, P, GH, False, False, True)
         if mode == 0:
             ct = extra + t * B * H
             cp = c0 if s == 0 else extra + tp * B * H
             dst = hraw + t * B * H if proj else ot
             for i in range(B):
                 gi = gt + i * GH
+                e0 = i * H
                 for j in range(2 * H):
                     v[at(gi + j)] = sigmoid(v[at(gi + j)])
                 for j in range(H):
@@ -148,12 +174,19 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
                 for j in range(H):
                     v[at(gi + 3 * H + j)] = sigmoid(v[at(gi + 3 * H + j)])
                 for j in range(H):
-                    e = i * H + j
-                    c = v[at(gi + H + j)] * v[at(cp + e)] + v[at(gi + j)] * v[at(gi + 2 * H + j)]
-                    v[at(ct + e)] = c
-                    v[at(dst + e)] = v[at(gi + 3 * H + j)] * fast_tanh(c)
+                    v[at(ct + e0 + j)] = (v[at(gi + H + j)] * v[at(cp + e0 + j)]
+                                          + v[at(gi + j)] * v[at(gi + 2 * H + j)])
+            # tanh(c) over the whole step first: inside the rows' loop (64 elements) this loop
+            # ran scalar, 5x slower than the whole layer's other element loops
+            for k in range(B * H):
+                tc[k] = fast_tanh(v[at(ct + k)])
+            for i in range(B):
+                gi = gt + i * GH
+                e0 = i * H
+                for j in range(H):
+                    v[at(dst + e0 + j)] = v[at(gi + 3 * H + j)] * tc[e0 + j]
             if proj:
-                matmul_into(v, ot, v, dst, v, whr, B, H, P, False, True, False)
+                matmul_into(v, ot, v, dst, wrt, 0, B, H, P, False, False, False)
         elif mode == 2:
             for k in range(B * H):
                 v[at(ot + k)] = fast_tanh(v[at(gt + k)])
@@ -177,15 +210,17 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     GH = G * H
     one = np.ones(1, v.dtype)[0]
     zero = one - one
-    h0 = out + ints[p + 14]
-    gates = out + ints[p + 15]
-    extra = out + ints[p + 16]
-    c0 = out + ints[p + 17]
-    hraw = out + ints[p + 18]
+    h0 = out + ints[p + 16]
+    gates = out + ints[p + 17]
+    extra = out + ints[p + 18]
+    c0 = out + ints[p + 19]
+    hraw = out + ints[p + 20]
     proj = ints[p + 12] != 0
     whr = decode(ints[p + 13])
     dh = h0          # the recurrent gradient dL/dh_{t-1}, in h0's adjoint
     dc = c0          # and dL/dc_{t-1} (LSTM), in c0's
+    # the input projection's gradient goes straight to its adjoint when this is its first
+    dx = a if ma == 1 else gates
     for k in range(B * P):
         g[at(dh + k)] = zero
     has_dcn = False
@@ -196,6 +231,7 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         if T > 0 and B * H > 0 and flags[cn] != 0:   # lstm_c's mark: the final cell state has a gradient
             flags[cn] = 0
             has_dcn = True
+    tc = np.empty(H, v.dtype)
     for s in range(T - 1, -1, -1):
         t = T - 1 - s if rev else s
         tp = t + 1 if rev else t - 1
@@ -204,27 +240,29 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         for k in range(B * P):    # the total gradient of h_t, kept for the projection's
             g[at(ot + k)] += g[at(dh + k)]
         gt = gates + t * B * GH
+        dt = dx + t * B * GH
         if mode == 1:
             ght = extra + t * B * GH
             for i in range(B):
                 gi = gt + i * GH
                 hi = ght + i * GH
-                for j in range(H):
-                    e = i * P + j
-                    r = v[at(gi + j)]
-                    z = v[at(gi + H + j)]
+                di = dt + i * GH
+                e0 = i * P
+                for j in range(H):   # dn (pre-activation)
                     n = v[at(gi + 2 * H + j)]
-                    d = g[at(ot + e)]
-                    dn = d * (one - z) * (one - n * n)
-                    dr = dn * v[at(hi + 2 * H + j)] * r * (one - r)
-                    dz = d * (v[at(hp + e)] - n) * z * (one - z)
-                    g[at(gi + j)] = dr
-                    g[at(gi + H + j)] = dz
-                    g[at(gi + 2 * H + j)] = dn
-                    g[at(hi + j)] = dr
-                    g[at(hi + H + j)] = dz
-                    g[at(hi + 2 * H + j)] = dn * r
-                    g[at(dh + e)] = d * z
+                    g[at(di + 2 * H + j)] = g[at(ot + e0 + j)] * (one - v[at(gi + H + j)]) * (one - n * n)
+                for j in range(H):   # dz
+                    z = v[at(gi + H + j)]
+                    g[at(di + H + j)] = g[at(ot + e0 + j)] * (v[at(hp + e0 + j)] - v[at(gi + 2 * H + j)]) * z * (one - z)
+                for j in range(H):   # dr
+                    r = v[at(gi + j)]
+                    g[at(di + j)] = g[at(di + 2 * H + j)] * v[at(hi + 2 * H + j)] * r * (one - r)
+                for j in range(2 * H):
+                    g[at(hi + j)] = g[at(di + j)]
+                for j in range(H):
+                    g[at(hi + 2 * H + j)] = g[at(di + 2 * H + j)] * v[at(gi + j)]
+                for j in range(H):
+                    g[at(dh + e0 + j)] = g[at(ot + e0 + j)] * v[at(gi + H + j)]
             matmul_into(g, dh, g, ght, v, b, B, GH, P, False, False, True)
             continue
         if mode == 0:
@@ -236,30 +274,37 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 matmul_into(g, src, g, ot, v, whr, B, P, H, False, False, False)
             for i in range(B):
                 gi = gt + i * GH
+                di = dt + i * GH
+                e0 = i * H
                 for j in range(H):
-                    e = i * H + j
+                    tc[j] = fast_tanh(v[at(ct + e0 + j)])
+                for j in range(H):   # do
+                    o = v[at(gi + 3 * H + j)]
+                    g[at(di + 3 * H + j)] = g[at(src + e0 + j)] * tc[j] * o * (one - o)
+                for j in range(H):   # dc_t
+                    g[at(dc + e0 + j)] += g[at(src + e0 + j)] * v[at(gi + 3 * H + j)] * (one - tc[j] * tc[j])
+                if has_dcn and s == T - 1:
+                    for j in range(H):
+                        g[at(dc + e0 + j)] += g[at(cn + e0 + j)]
+                for j in range(H):   # di
                     ig = v[at(gi + j)]
+                    g[at(di + j)] = g[at(dc + e0 + j)] * v[at(gi + 2 * H + j)] * ig * (one - ig)
+                for j in range(H):   # df
                     fg = v[at(gi + H + j)]
+                    g[at(di + H + j)] = g[at(dc + e0 + j)] * v[at(cp + e0 + j)] * fg * (one - fg)
+                for j in range(H):   # dg
                     gg = v[at(gi + 2 * H + j)]
-                    og = v[at(gi + 3 * H + j)]
-                    tc = fast_tanh(v[at(ct + e)])
-                    dhr = g[at(src + e)]
-                    d = g[at(dc + e)] + dhr * og * (one - tc * tc)
-                    if has_dcn and s == T - 1:
-                        d += g[at(cn + e)]
-                    g[at(gi + j)] = d * gg * ig * (one - ig)
-                    g[at(gi + H + j)] = d * v[at(cp + e)] * fg * (one - fg)
-                    g[at(gi + 2 * H + j)] = d * ig * (one - gg * gg)
-                    g[at(gi + 3 * H + j)] = dhr * tc * og * (one - og)
-                    g[at(dc + e)] = d * fg
+                    g[at(di + 2 * H + j)] = g[at(dc + e0 + j)] * v[at(gi + j)] * (one - gg * gg)
+                for j in range(H):   # dc_{t-1}
+                    g[at(dc + e0 + j)] = g[at(dc + e0 + j)] * v[at(gi + H + j)]
         elif mode == 2:
             for k in range(B * H):
                 y = v[at(ot + k)]
-                g[at(gt + k)] = g[at(ot + k)] * (one - y * y)
+                g[at(dt + k)] = g[at(ot + k)] * (one - y * y)
         else:
             for k in range(B * H):
-                g[at(gt + k)] = g[at(ot + k)] if v[at(ot + k)] > zero else zero
-        matmul_into(g, dh, g, gt, v, b, B, GH, P, False, False, False)
+                g[at(dt + k)] = g[at(ot + k)] if v[at(ot + k)] > zero else zero
+        matmul_into(g, dh, g, dt, v, b, B, GH, P, False, False, False)
     # the initial states' gradients
     if ints[p + 6] != 0:
         enc = ints[p + 7]
@@ -275,22 +320,26 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             dst = decode(enc)
             for k in range(B * H):
                 acc(g, dst + k, g[at(dc + k)], mode_c)
+    if ma == 2:
+        for k in range(T * B * GH):
+            g[at(a + k)] += g[at(gates + k)]
     # gradients of the recurrent pre-activations, one row of G*H per step and batch entry:
     # for a GRU the n part differs between the input's (dn) and the recurrent one's (dn * r)
-    drec = extra if mode == 1 else gates
-    if ma != 0:
-        for k in range(T * B * GH):
-            acc(g, a + k, g[at(gates + k)], ma)
-    if ints[p + 10] != 0:
-        enc = ints[p + 11]
-        mode_b = claim(flags, enc)
-        if mode_b != 0:
-            dst = decode(enc)
-            for j in range(GH):
-                total = zero
+    drec = extra if mode == 1 else dx
+    for which in (10, 14):   # b_hh (the recurrent rows), b_ih (the input's)
+        if ints[p + which] != 0:
+            enc = ints[p + which + 1]
+            mode_b = claim(flags, enc)
+            if mode_b != 0:
+                rows_at = drec if which == 10 else dx
+                sums = np.zeros(GH, np.float64)   # by rows: a column walk missed the cache on every element
                 for row in range(T * B):
-                    total += g[at(drec + row * GH + j)]
-                acc(g, dst + j, total, mode_b)
+                    start = rows_at + row * GH
+                    for j in range(GH):
+                        sums[j] += g[at(start + j)]
+                dst = decode(enc)
+                for j in range(GH):
+                    acc(g, dst + j, sums[j], mode_b)
     if mb != 0 and T > 0:
         # dW_hh = sum over steps of dG_t^T h_{t-1}: the steps whose h_{t-1} is an output row
         # in one product, the first step (h0) in another
@@ -337,7 +386,7 @@ def cell_state_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 def _listed(ints, p):
     fields = []
-    for k in (6, 8, 10, 12):
+    for k in (6, 8, 10, 12, 14):
         if ints[p + k]:
             fields.append(int(ints[p + k + 1]))
     return fields
@@ -431,16 +480,17 @@ def layer_region(mode, T, B, H, P, proj):
     return (h0, gates, extra, c0, hraw), end
 
 
-def record_layer(op, mode, xw, w_hh, h0, c0, b_hh, w_hr, T, B, H, P, reverse, shape):
+def record_layer(op, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P, reverse, shape):
     """Record one layer (one direction) over ``T`` steps: ``xw`` the input projection
-    (``T*B`` rows of gates), ``w_hh`` (G*H, P); ``h0``, ``c0``, ``b_hh``, ``w_hr`` may be
-    None.  Returns the output, of ``shape`` (``(T, B, P)``, or ``(B, P)`` for a cell)."""
+    without bias (``T*B`` rows of gates), ``w_hh`` (G*H, P); ``h0``, ``c0``, ``b_ih``,
+    ``b_hh``, ``w_hr`` may be None.  Returns the output, of ``shape`` (``(T, B, P)``, or
+    ``(B, P)`` for a cell)."""
     dt = xw._dtype
     tape = _state.tape or _current()
     grad = _state.grad
     listed = []
     listed_rg = False
-    for t in (h0, c0, b_hh, w_hr):
+    for t in (h0, c0, b_hh, w_hr, b_ih):
         if t is None:
             listed += [0, -1]
         else:
