@@ -13,6 +13,8 @@ from tapejit.nn import functional as F
 from tapejit.nn import init
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
+from tapejit.replay.trace import check_write
+from tapejit.tape import state
 from tapejit.tensor import _concrete
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
@@ -95,6 +97,8 @@ class _BatchNorm(_NormBase):
         self._check_input_dim(input)
         exponential_average_factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            if state.trace is not None:   # tj.compile: a replay would not update the statistics
+                check_write(self.num_batches_tracked)
             self.num_batches_tracked.add_(1)
             if self.momentum is None:   # a cumulative moving average
                 exponential_average_factor = 1.0 / float(self.num_batches_tracked)

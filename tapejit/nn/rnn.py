@@ -207,11 +207,15 @@ def _cell(mode, input, hx, w_ih, w_hh, b_ih, b_hh):
     for label, t in ((0, h0), (1, c0)):
         if t is None:
             continue
-        if t.dim() != 2 or t._shape[0] != B:
-            raise RuntimeError(f"Input batch size {B} doesn't match hidden{label} batch size "
-                               f"{t._shape[0] if t.dim() else 1}")
+        if t.dim() < 2:
+            raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], but got 1) "
+                             f"({name}: expected a 2-D hidden state, got {t.dim()}-D)")
+        if t._shape[0] != B:
+            raise RuntimeError(f"Input batch size {B} doesn't match hidden{label} batch size {t._shape[0]}")
         if t._shape[1] != H:
             raise RuntimeError(f"hidden{label} has inconsistent hidden_size: got {t._shape[1]}, expected {H}")
+        if t.dim() != 2:
+            raise RuntimeError(f"{name}: expected a 2-D hidden state, got {t.dim()}-D {list(t._shape)}")
     xw = _project(input, w_ih)
     h = _rnn.record_layer(_CELL_OPS[mode], mode, xw, w_hh, h0, c0, b_ih, b_hh, None, 1, B, H, H, False, (B, H))
     if mode != _rnn.LSTM_MODE:
