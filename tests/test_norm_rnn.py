@@ -302,6 +302,16 @@ def test_rnn_without_grad_matches(torch):
     assert o_out.grad_fn is None and not o_out.requires_grad
     _close(o_out, t_out, "float32", "output without grad")
     _close(o_h, t_h, "float32", "h_n without grad")
+    for cell in ("GRUCell", "RNNCell", "LSTMCell"):
+        theirs, ours = getattr(torch.nn, cell)(3, 4), getattr(tj.nn, cell)(3, 4)
+        _copy_params(torch, ours, theirs)
+        with torch.no_grad():
+            t_res = theirs(torch.tensor(x[0]))
+        with tj.no_grad():
+            o_res = ours(tj.tensor(x[0]))
+        assert isinstance(o_res, tuple) == isinstance(t_res, tuple), cell
+        for a, b in zip(o_res if isinstance(o_res, tuple) else [o_res], t_res if isinstance(t_res, tuple) else [t_res]):
+            _close(a, b, "float32", f"{cell} without grad")
 
 
 def test_dropout_between_layers(torch):

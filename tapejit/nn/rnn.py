@@ -57,6 +57,7 @@ def _outputs_without_grad(fn, *args):
 
     def joined(*a):
         outs = fn(*a)
+        outs = outs if isinstance(outs, tuple) else (outs,)
         shapes.extend(o._shape for o in outs)
         return cat([o.reshape(-1) for o in outs])
     flat = eager(joined, *args)._value()
@@ -189,7 +190,8 @@ def _cell(mode, input, hx, w_ih, w_hh, b_ih, b_hh):
     h0, c0 = (hx[0], hx[1]) if mode == _rnn.LSTM_MODE else (hx, None)
     everything = _tensors(input, h0, c0, (w_ih, w_hh, b_ih, b_hh))
     if not on_tape(*everything):
-        return _outputs_without_grad(_cell, mode, input, hx, w_ih, w_hh, b_ih, b_hh)
+        results = _outputs_without_grad(_cell, mode, input, hx, w_ih, w_hh, b_ih, b_hh)
+        return results if mode == _rnn.LSTM_MODE else results[0]
     name = {0: "lstm_cell", 1: "gru_cell", 2: "rnn_tanh_cell", 3: "rnn_relu_cell"}[mode]
     _same_dtype(everything, name)
     gates = _rnn.GATES[mode]
