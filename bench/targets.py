@@ -35,6 +35,8 @@ GROUP_B_TINY_REPLAY = "B tiny MLP step 2-16-16-1 replayed (tj.compile)"
 GROUP_B_MNIST_REPLAY = "B MLP step 784-128-10 replayed (tj.compile)"
 GROUP_C_REPLAY = "C Rosenbrock value and gradient replayed n={n:,}"
 GROUP_C_BATCH = "C batched replay n=10, 10,000 inputs (Numba threads)"
+GROUP_LSTM = "LSTM step 32-64, sequence 35, batch 20 (MSE, SGD, float32)"
+GROUP_LSTM_REPLAY = "LSTM step 32-64, sequence 35, batch 20, replayed (tj.compile)"
 
 #: groups whose figure of merit is ``extra_info["delta_mb"]`` (megabytes), not time
 MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
@@ -91,6 +93,8 @@ TARGETS = (
     Target(GROUP_C_REPLAY.format(n=10), "seconds", "tapejit", 6e-6, "replayed value_and_grad <= 6 us"),
     Target(GROUP_C_BATCH, "speedup", "tapejit threads=1", 1.7, "2 threads >= 1.7x faster than 1",
            row="tapejit threads=2"),
+    Target(GROUP_LSTM, "slowdown", "torch", 1.0, "no slower than torch eager"),
+    Target(GROUP_LSTM_REPLAY, "slowdown", "torch", 1.0, "replayed step no slower than torch eager"),
 )
 
 
