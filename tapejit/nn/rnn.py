@@ -10,6 +10,7 @@ row for each layer and direction, stacked; ``c_n`` comes from the layer records.
 import math
 import numbers
 import warnings
+from collections import namedtuple
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from tapejit.tape import current, state
 from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
+#: torch.nn.utils.rnn's names, defined at the end of this module (tapejit.nn.utils.rnn)
+SEQUENCE_UTILITIES = ("PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pad_sequence",
+                      "unpad_sequence", "pack_sequence", "unpack_sequence")
 
 _MODES = {"LSTM": _rnn.LSTM_MODE, "GRU": _rnn.GRU_MODE, "RNN_TANH": _rnn.TANH_MODE,
           "RNN_RELU": _rnn.RELU_MODE}
@@ -89,7 +93,10 @@ def _same_dtype(tensors, what):
         raise RuntimeError(f"{what}: expected floating point tensors, got {dt}")
 
 
-def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
+         batch_sizes=None):
+    """The layers; with ``batch_sizes`` (packed sequences) ``input`` is the packed data,
+    ``(sum(batch_sizes), features)``, and so is the output."""
     name = {0: "lstm", 1: "gru", 2: "rnn_tanh", 3: "rnn_relu"}[mode]
     if mode == _rnn.LSTM_MODE:
         if not isinstance(hx, (tuple, list)) or len(hx) != 2:
@@ -101,10 +108,11 @@ def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidire
     everything = _tensors(input, h_all, c_all, params)
     if not on_tape(*everything):
         return _outputs_without_grad(_run, mode, input, hx, params, has_biases, num_layers, dropout, train,
-                                     bidirectional, batch_first)
+                                     bidirectional, batch_first, batch_sizes)
     _same_dtype(everything, name)
-    if input.dim() != 3:
-        raise RuntimeError(f"{name}: expected a 3-D input (sequence, batch, features), got {input.dim()}-D")
+    if input.dim() != (2 if batch_sizes is not None else 3):
+        raise RuntimeError(f"{name}: expected a {'2-D packed' if batch_sizes is not None else '3-D'} input, "
+                           f"got {input.dim()}-D")
     directions = 2 if bidirectional else 1
     proj = mode == _rnn.LSTM_MODE and h_all._shape[-1] != c_all._shape[-1]
     per_layer = 2 + (2 if has_biases else 0) + (1 if proj else 0)
@@ -112,8 +120,15 @@ def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidire
         raise RuntimeError(f"{name}: got an incorrect number of RNN parameters: {len(params)} for "
                            f"{num_layers} layer(s), {directions} direction(s) and "
                            f"{per_layer} parameters each")
-    x = input.transpose(0, 1) if batch_first else input
-    T, B = x._shape[0], x._shape[1]
+    if batch_sizes is not None:
+        x = input
+        T, B = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
+        # the rows of the packed output: step t holds the first batch_sizes[t] sequences
+        steps = np.repeat(np.arange(T), batch_sizes)
+        rows = np.concatenate([np.arange(n) for n in batch_sizes]) if T else np.zeros(0, np.int64)
+    else:
+        x = input.transpose(0, 1) if batch_first else input
+        T, B = x._shape[0], x._shape[1]
     if T == 0:
         raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
     gates = _rnn.GATES[mode]
@@ -129,9 +144,9 @@ def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidire
             w_hr = w[-1] if proj else None
             H = w_hh._shape[0] // gates
             P = w_hh._shape[1]
-            if w_ih._shape != (gates * H, layer_input._shape[2]):
+            if w_ih._shape != (gates * H, layer_input._shape[-1]):
                 raise RuntimeError(f"{name}: weight_ih of layer {layer} has shape {list(w_ih._shape)}, expected "
-                                   f"{[gates * H, layer_input._shape[2]]}")
+                                   f"{[gates * H, layer_input._shape[-1]]}")
             for label, state_all, size in (("hx", h_all, P), ("cx", c_all, H)):
                 if state_all is not None and tuple(state_all._shape) != (num_layers * directions, B, size):
                     raise RuntimeError(f"{name}: {label} has shape {list(state_all._shape)}, expected "
@@ -141,17 +156,17 @@ def _run(mode, input, hx, params, has_biases, num_layers, dropout, train, bidire
             h0 = h_all[k]
             c0 = c_all[k] if c_all is not None else None
             out = _rnn.record_layer(_rnn.RNN_LAYER, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P,
-                                    reverse, (T, B, P))
-            outs.append(out)
+                                    reverse, (T, B, P), batch_sizes)
+            outs.append(out if batch_sizes is None else out[steps, rows])
             final_h.append(out[0] if reverse else out[T - 1])
             if mode == _rnn.LSTM_MODE:
                 region = _rnn.layer_region(mode, T, B, H, P, proj)
                 final_c.append(_rnn.final_cell_state(out, region, T, B, H, reverse))
-        layer_input = outs[0] if directions == 1 else cat(outs, 2)
+        layer_input = outs[0] if directions == 1 else cat(outs, -1)
         if dropout > 0 and train and layer < num_layers - 1:
             from tapejit.nn.functional import dropout as _dropout
             layer_input = _dropout(layer_input, dropout, True)
-    output = layer_input.transpose(0, 1) if batch_first else layer_input
+    output = layer_input.transpose(0, 1) if batch_first and batch_sizes is None else layer_input
     if mode == _rnn.LSTM_MODE:
         return output, stack(final_h), stack(final_c)
     return output, stack(final_h)
@@ -353,8 +368,13 @@ class RNNBase(Module):
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                                f"got {input.size(-1)}")
 
+    def _mini_batch(self, input, batch_sizes):
+        if batch_sizes is not None:
+            return int(batch_sizes[0])
+        return input.size(0) if self.batch_first else input.size(1)
+
     def get_expected_hidden_size(self, input, batch_sizes):
-        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        mini_batch = self._mini_batch(input, batch_sizes)
         num_directions = 2 if self.bidirectional else 1
         size = self.proj_size if self.proj_size > 0 else self.hidden_size
         return (self.num_layers * num_directions, mini_batch, size)
@@ -367,13 +387,35 @@ class RNNBase(Module):
         self.check_input(input, batch_sizes)
         self.check_hidden_size(hidden, self.get_expected_hidden_size(input, batch_sizes))
 
-    def _initial(self, input, size):
+    def _initial(self, input, size, batch_sizes=None):
         num_directions = 2 if self.bidirectional else 1
-        max_batch_size = input.size(0) if self.batch_first else input.size(1)
-        return _zeros((self.num_layers * num_directions, max_batch_size, size), input)
+        return _zeros((self.num_layers * num_directions, self._mini_batch(input, batch_sizes), size), input)
+
+    def permute_hidden(self, hx, permutation):
+        if permutation is None:
+            return hx
+        return hx.index_select(1, permutation)
+
+    def _packed(self, input, hx, sizes):
+        """torch's forward of a PackedSequence: states in the packed (sorted) batch order."""
+        data, batch_sizes, sorted_indices, unsorted_indices = input
+        counts = [int(n) for n in batch_sizes.tolist()]
+        if hx is None:
+            hx = tuple(self._initial(data, size, counts) for size in sizes)
+            hx = hx if len(sizes) == 2 else hx[0]
+        else:
+            hx = self.permute_hidden(hx, sorted_indices)
+        self.check_forward_args(data, hx, counts)
+        result = _run(_MODES[self.mode], data, hx, self._flat_weights, self.bias, self.num_layers, self.dropout,
+                      self.training, self.bidirectional, False, counts)
+        output = PackedSequence(result[0], batch_sizes, sorted_indices, unsorted_indices)
+        hidden = result[1] if len(result) == 2 else (result[1], result[2])
+        return output, self.permute_hidden(hidden, unsorted_indices)
 
     def _single(self, input, hx, name):
         """torch's handling of one hidden-state tensor for RNN and GRU: unbatched input, checks."""
+        if isinstance(input, PackedSequence):
+            return self._packed(input, hx, (self.hidden_size,))
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D "
                              f"{'tensor ' if name == 'RNN' else ''}instead")
@@ -443,8 +485,13 @@ class LSTM(RNNBase):
     def __init__(self, *args, **kwargs):
         super().__init__("LSTM", *args, **kwargs)
 
+    def permute_hidden(self, hx, permutation):
+        if permutation is None:
+            return hx
+        return hx[0].index_select(1, permutation), hx[1].index_select(1, permutation)
+
     def get_expected_cell_size(self, input, batch_sizes):
-        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        mini_batch = self._mini_batch(input, batch_sizes)
         num_directions = 2 if self.bidirectional else 1
         return (self.num_layers * num_directions, mini_batch, self.hidden_size)
 
@@ -457,6 +504,8 @@ class LSTM(RNNBase):
 
     def forward(self, input, hx=None):
         real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if isinstance(input, PackedSequence):
+            return self._packed(input, hx, (real_hidden_size, self.hidden_size))
         if input.dim() not in (2, 3):
             raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
         is_batched = input.dim() == 3
@@ -579,3 +628,161 @@ class GRUCell(RNNCellBase):
         input, hx, is_batched = self._batched(input, hx, "GRUCell", 1)
         ret = gru_cell(input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return ret if is_batched else ret.squeeze(0)
+
+
+# ---- torch.nn.utils.rnn: packed and padded sequences ----------------------------------------
+
+_PackedSequenceBase = namedtuple("PackedSequence_", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])
+
+
+def _invert_permutation(permutation):
+    if permutation is None:
+        return None
+    order = np.asarray(permutation._value(), np.int64)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    return _concrete(inverse)
+
+
+class PackedSequence(_PackedSequenceBase):
+    """A batch of sequences of different lengths, packed time step by time step: ``data``
+    holds, for each step ``t``, the ``batch_sizes[t]`` sequences still running (sorted by
+    decreasing length, ``sorted_indices`` giving the original order)."""
+
+    def __new__(cls, data, batch_sizes=None, sorted_indices=None, unsorted_indices=None):
+        if unsorted_indices is None:
+            unsorted_indices = _invert_permutation(sorted_indices)
+        if batch_sizes is None:
+            data, batch_sizes = data
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def to(self, *args, **kwargs):
+        data = self.data.to(*args, **kwargs)
+        if data is self.data:
+            return self
+        return type(self)(data, self.batch_sizes, self.sorted_indices, self.unsorted_indices)
+
+    def cpu(self):
+        return self
+
+    def double(self):
+        return self.to(dtypes.float64)
+
+    def float(self):
+        return self.to(dtypes.float32)
+
+    @property
+    def is_cuda(self):
+        return False
+
+    def is_pinned(self):
+        return False
+
+
+def _lengths(lengths):
+    if isinstance(lengths, Tensor):
+        return np.asarray(lengths._value(), np.int64).reshape(-1)
+    return np.asarray(lengths, np.int64).reshape(-1)
+
+
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """Pack a padded ``(T, B, *)`` batch (``(B, T, *)`` with ``batch_first``) of sequences of
+    ``lengths`` (decreasing, unless ``enforce_sorted=False``)."""
+    lengths = _lengths(lengths)
+    if enforce_sorted:
+        if np.any(lengths[:-1] < lengths[1:]):
+            raise RuntimeError("`lengths` array must be sorted in decreasing order when `enforce_sorted` is True. "
+                               "You can pass `enforce_sorted=False` to pack_padded_sequence and/or pack_sequence "
+                               "to sidestep this requirement if you do not need ONNX exportability.")
+        sorted_indices = None
+    else:
+        order = np.argsort(-lengths, kind="stable")
+        lengths = lengths[order]
+        sorted_indices = _concrete(order.astype(np.int64))
+        input = input.index_select(0 if batch_first else 1, sorted_indices)
+    if lengths.size and lengths.min() <= 0:
+        raise RuntimeError("Length of all samples has to be greater than 0, but found an element in 'lengths' "
+                           "that is <= 0")
+    if batch_first:
+        input = input.transpose(0, 1)
+    if lengths.size and lengths[0] > input.shape[0]:
+        raise RuntimeError(f"pack_padded_sequence: a length of {lengths[0]} is longer than the input's "
+                           f"{input.shape[0]} steps")
+    steps = int(lengths[0]) if lengths.size else 0
+    batch_sizes = np.array([(lengths > t).sum() for t in range(steps)], np.int64)
+    ts = np.repeat(np.arange(steps), batch_sizes)
+    bs = np.concatenate([np.arange(n) for n in batch_sizes]) if steps else np.zeros(0, np.int64)
+    return PackedSequence(input[ts, bs], _concrete(batch_sizes), sorted_indices, None)
+
+
+def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """The inverse of ``pack_padded_sequence``: ``(padded, lengths)``, padded with
+    ``padding_value`` to the longest sequence (or ``total_length``) in the original order."""
+    data, batch_sizes = sequence.data, np.asarray(sequence.batch_sizes._value(), np.int64)
+    steps, batch = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
+    if total_length is not None:
+        if total_length < steps:
+            raise ValueError("Expected total_length to be at least the length of the longest sequence in input, "
+                             f"but got total_length={total_length} and max sequence length being {steps}")
+        steps_out = total_length
+    else:
+        steps_out = steps
+    # position of each padded (t, b) among data's rows, or the padding row after them
+    where = np.full((steps_out, batch), data.shape[0], np.int64)
+    start = 0
+    for t, n in enumerate(batch_sizes):
+        where[t, :n] = np.arange(start, start + n)
+        start += n
+    lengths = (where[:steps] < data.shape[0]).sum(0).astype(np.int64)
+    padding = _concrete(np.full((1,) + tuple(data.shape[1:]), padding_value, data.dtype.np))
+    padded = cat([data, padding])[where]
+    if sequence.unsorted_indices is not None:
+        padded = padded.index_select(1, sequence.unsorted_indices)
+        lengths = lengths[np.asarray(sequence.unsorted_indices._value(), np.int64)]
+    if batch_first:
+        padded = padded.transpose(0, 1)
+    return padded, _concrete(lengths)
+
+
+def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="right"):
+    """Stack tensors of shapes ``(L_i, *)`` into ``(max L, B, *)`` (``(B, max L, *)`` with
+    ``batch_first``), padded with ``padding_value`` on the ``padding_side``."""
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
+    if isinstance(sequences, Tensor):
+        sequences = list(sequences.unbind(0))
+    sequences = list(sequences)
+    if not sequences:
+        raise RuntimeError("received an empty list of sequences")
+    longest = max(s.shape[0] for s in sequences)
+    total = sum(s.shape[0] for s in sequences)
+    where = np.full((longest, len(sequences)), total, np.int64)
+    start = 0
+    for b, s in enumerate(sequences):
+        n = s.shape[0]
+        t0 = 0 if padding_side == "right" else longest - n
+        where[t0:t0 + n, b] = np.arange(start, start + n)
+        start += n
+    joined = cat(sequences)
+    padding = _concrete(np.full((1,) + tuple(joined.shape[1:]), padding_value, joined.dtype.np))
+    padded = cat([joined, padding])[where.T if batch_first else where]
+    return padded
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The list of sequences ``pad_sequence`` padded."""
+    if not batch_first:
+        padded_sequences = padded_sequences.transpose(0, 1)
+    return [padded_sequences[b][:int(n)] for b, n in enumerate(_lengths(lengths))]
+
+
+def pack_sequence(sequences, enforce_sorted=True):
+    """``pack_padded_sequence(pad_sequence(sequences), lengths)``."""
+    lengths = [s.shape[0] for s in sequences]
+    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
+
+
+def unpack_sequence(packed_sequences):
+    """The list of sequences ``pack_sequence`` packed."""
+    padded, lengths = pad_packed_sequence(packed_sequences, batch_first=True)
+    return unpad_sequence(padded, lengths, batch_first=True)

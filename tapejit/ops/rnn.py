@@ -21,8 +21,9 @@ byte at the cell state's position, so the layer knows whether a gradient arrived
 
 Layout at ``ints[p]``: [mode (0 LSTM, 1 GRU, 2 tanh, 3 relu), T, B, H, P, reverse,
 has_h0, h0, has_c0, c0, has_b_hh, b_hh, has_w_hr, w_hr, has_b_ih, b_ih (operands encoded
-like a and b), and the offsets from ``out`` of: h0 copy, gates, cell states (LSTM) or the
-recurrent products ``W_hh h + b_hh`` (GRU), c0 copy, projection inputs].  Operand a is
+like a and b), the offsets from ``out`` of: h0 copy, gates, cell states (LSTM) or the
+recurrent products ``W_hh h + b_hh`` (GRU), c0 copy, projection inputs; packed, and for
+packed sequences the T batch sizes].  Operand a is
 the input projection ``x W_ih^T`` (``T*B`` rows of ``G*H`` gates; its bias is added here,
 where its gradient is the same row sums as ``b_hh``'s), b is ``W_hh``.
 Gate order as torch: LSTM i, f, g, o; GRU r, z, n with ``n = tanh(x_n + r * (W_hn h + b_hn))``.
@@ -31,7 +32,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from tapejit._jit import kernel
+from tapejit._jit import helper, kernel
 from tapejit.ops._blas import matmul_into
 from tapejit.ops._kernel_helpers import acc, at, claim, decode
 from tapejit.ops._kernel_helpers import tanh as fast_tanh
@@ -63,6 +64,22 @@ def _sigmoid_compiled(x):
     return exact
 
 
+@helper
+def step_rows(ints, p, T, B):
+    """First projection row of each step and its number of rows: ``B`` rows a step, or
+    with packed sequences (ints[p + 21]) the step's batch size, its rows after the
+    previous steps' (sequences sorted by decreasing length: a step's rows are a prefix)."""
+    first = np.empty(T, np.int64)
+    count = np.empty(T, np.int64)
+    k = 0
+    for t in range(T):
+        n = ints[p + 22 + t] if ints[p + 21] != 0 else B
+        first[t] = k
+        count[t] = n
+        k += n
+    return first, count
+
+
 @kernel
 def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
     mode = ints[p]
@@ -82,6 +99,7 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
     hraw = out + ints[p + 20]
     proj = ints[p + 12] != 0
     whr = decode(ints[p + 13])
+    first, count = step_rows(ints, p, T, B)
     # both biases in one row (GRU: b_ih only, its b_hh goes with the recurrent product)
     bias = np.zeros(GH, v.dtype)
     if ints[p + 14] != 0:
@@ -125,22 +143,24 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
                 v[at(c0 + k)] = zero
     # Element loops have one store each and few loads: LLVM vectorizes a loop only when it
     # can check at run time that its stores and loads do not overlap, and gives up past a
-    # handful of pointers.
+    # handful of pointers.  Rows past a step's batch size (packed sequences that ended)
+    # carry their state over unchanged.
     for s in range(T):
         t = T - 1 - s if rev else s
         tp = t + 1 if rev else t - 1
         hp = h0 if s == 0 else out + tp * B * P
         ot = out + t * B * P
-        xt = a + t * B * GH
+        xt = a + first[t] * GH
         gt = gates + t * B * GH
+        bs = count[t]
         if mode == 1:
             ght = extra + t * B * GH
-            for i in range(B):
+            for i in range(bs):
                 row = ght + i * GH
                 for j in range(GH):
                     v[at(row + j)] = rbias[j]
-            matmul_into(v, ght, v, hp, wt, 0, B, P, GH, False, False, True)
-            for i in range(B):
+            matmul_into(v, ght, v, hp, wt, 0, bs, P, GH, False, False, True)
+            for i in range(bs):
                 gi = gt + i * GH
                 hi = ght + i * GH
                 xi = xt + i * GH
@@ -153,18 +173,18 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
                 for j in range(H):
                     z = v[at(gi + H + j)]
                     v[at(ot + e0 + j)] = (one - z) * v[at(gi + 2 * H + j)] + z * v[at(hp + e0 + j)]
-            continue
-        for i in range(B):
-            row = gt + i * GH
-            xi = xt + i * GH
-            for j in range(GH):
-                v[at(row + j)] = v[at(xi + j)] + bias[j]
-        matmul_into(v, gt, v, hp, wt, 0, B, P, GH, False, False, True)
+        else:
+            for i in range(bs):
+                row = gt + i * GH
+                xi = xt + i * GH
+                for j in range(GH):
+                    v[at(row + j)] = v[at(xi + j)] + bias[j]
+            matmul_into(v, gt, v, hp, wt, 0, bs, P, GH, False, False, True)
         if mode == 0:
             ct = extra + t * B * H
             cp = c0 if s == 0 else extra + tp * B * H
             dst = hraw + t * B * H if proj else ot
-            for i in range(B):
+            for i in range(bs):
                 gi = gt + i * GH
                 e0 = i * H
                 for j in range(2 * H):
@@ -178,22 +198,28 @@ def rnn_layer_forward(v, out, a, b, p, q, ints, floats):
                                           + v[at(gi + j)] * v[at(gi + 2 * H + j)])
             # tanh(c) over the whole step first: inside the rows' loop (64 elements) this loop
             # ran scalar, 5x slower than the whole layer's other element loops
-            for k in range(B * H):
+            for k in range(bs * H):
                 tc[k] = fast_tanh(v[at(ct + k)])
-            for i in range(B):
+            for i in range(bs):
                 gi = gt + i * GH
                 e0 = i * H
                 for j in range(H):
                     v[at(dst + e0 + j)] = v[at(gi + 3 * H + j)] * tc[e0 + j]
+            for k in range(bs * H, B * H):
+                v[at(ct + k)] = v[at(cp + k)]
+                if proj:
+                    v[at(dst + k)] = zero   # keeps a carried row out of W_hr's gradient
             if proj:
-                matmul_into(v, ot, v, dst, wrt, 0, B, H, P, False, False, False)
+                matmul_into(v, ot, v, dst, wrt, 0, bs, H, P, False, False, False)
         elif mode == 2:
-            for k in range(B * H):
+            for k in range(bs * H):
                 v[at(ot + k)] = fast_tanh(v[at(gt + k)])
-        else:
-            for k in range(B * H):
+        elif mode == 3:
+            for k in range(bs * H):
                 x = v[at(gt + k)]
                 v[at(ot + k)] = zero if x <= zero else x   # NaN stays NaN, as torch's relu
+        for k in range(bs * P, B * P):
+            v[at(ot + k)] = v[at(hp + k)]
 
 
 @kernel
@@ -217,10 +243,13 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     hraw = out + ints[p + 20]
     proj = ints[p + 12] != 0
     whr = decode(ints[p + 13])
+    packed = ints[p + 21] != 0
+    first, count = step_rows(ints, p, T, B)
     dh = h0          # the recurrent gradient dL/dh_{t-1}, in h0's adjoint
     dc = c0          # and dL/dc_{t-1} (LSTM), in c0's
     # the input projection's gradient goes straight to its adjoint when this is its first
-    dx = a if ma == 1 else gates
+    # (its rows are the gates' rows unless the sequences are packed)
+    dx = a if (ma == 1 and not packed) else gates
     for k in range(B * P):
         g[at(dh + k)] = zero
     has_dcn = False
@@ -237,13 +266,18 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         tp = t + 1 if rev else t - 1
         hp = h0 if s == 0 else out + tp * B * P
         ot = out + t * B * P
+        bs = count[t]
         for k in range(B * P):    # the total gradient of h_t, kept for the projection's
             g[at(ot + k)] += g[at(dh + k)]
         gt = gates + t * B * GH
         dt = dx + t * B * GH
+        for k in range(bs * GH, B * GH):   # rows carried over: no gate gradients
+            g[at(dt + k)] = zero
         if mode == 1:
             ght = extra + t * B * GH
-            for i in range(B):
+            for k in range(bs * GH, B * GH):
+                g[at(ght + k)] = zero
+            for i in range(bs):
                 gi = gt + i * GH
                 hi = ght + i * GH
                 di = dt + i * GH
@@ -263,7 +297,9 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                     g[at(hi + 2 * H + j)] = g[at(di + 2 * H + j)] * v[at(gi + j)]
                 for j in range(H):
                     g[at(dh + e0 + j)] = g[at(ot + e0 + j)] * v[at(gi + H + j)]
-            matmul_into(g, dh, g, ght, v, b, B, GH, P, False, False, True)
+            for k in range(bs * P, B * P):
+                g[at(dh + k)] = g[at(ot + k)]
+            matmul_into(g, dh, g, ght, v, b, bs, GH, P, False, False, True)
             continue
         if mode == 0:
             ct = extra + t * B * H
@@ -271,8 +307,11 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             src = ot
             if proj:
                 src = hraw + t * B * H
-                matmul_into(g, src, g, ot, v, whr, B, P, H, False, False, False)
-            for i in range(B):
+                matmul_into(g, src, g, ot, v, whr, bs, P, H, False, False, False)
+            if has_dcn and s == T - 1:
+                for k in range(B * H):
+                    g[at(dc + k)] += g[at(cn + k)]
+            for i in range(bs):
                 gi = gt + i * GH
                 di = dt + i * GH
                 e0 = i * H
@@ -283,9 +322,6 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                     g[at(di + 3 * H + j)] = g[at(src + e0 + j)] * tc[j] * o * (one - o)
                 for j in range(H):   # dc_t
                     g[at(dc + e0 + j)] += g[at(src + e0 + j)] * v[at(gi + 3 * H + j)] * (one - tc[j] * tc[j])
-                if has_dcn and s == T - 1:
-                    for j in range(H):
-                        g[at(dc + e0 + j)] += g[at(cn + e0 + j)]
                 for j in range(H):   # di
                     ig = v[at(gi + j)]
                     g[at(di + j)] = g[at(dc + e0 + j)] * v[at(gi + 2 * H + j)] * ig * (one - ig)
@@ -298,13 +334,15 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 for j in range(H):   # dc_{t-1}
                     g[at(dc + e0 + j)] = g[at(dc + e0 + j)] * v[at(gi + H + j)]
         elif mode == 2:
-            for k in range(B * H):
+            for k in range(bs * H):
                 y = v[at(ot + k)]
                 g[at(dt + k)] = g[at(ot + k)] * (one - y * y)
         else:
-            for k in range(B * H):
+            for k in range(bs * H):
                 g[at(dt + k)] = g[at(ot + k)] if v[at(ot + k)] > zero else zero
-        matmul_into(g, dh, g, dt, v, b, B, GH, P, False, False, False)
+        matmul_into(g, dh, g, dt, v, b, bs, GH, P, False, False, False)
+        for k in range(bs * P, B * P):
+            g[at(dh + k)] = g[at(ot + k)]
     # the initial states' gradients
     if ints[p + 6] != 0:
         enc = ints[p + 7]
@@ -320,7 +358,11 @@ def rnn_layer_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             dst = decode(enc)
             for k in range(B * H):
                 acc(g, dst + k, g[at(dc + k)], mode_c)
-    if ma == 2:
+    if packed and ma != 0:
+        for t in range(T):
+            for k in range(count[t] * GH):
+                acc(g, a + first[t] * GH + k, g[at(gates + t * B * GH + k)], ma)
+    elif ma == 2:
         for k in range(T * B * GH):
             g[at(a + k)] += g[at(gates + k)]
     # gradients of the recurrent pre-activations, one row of G*H per step and batch entry:
@@ -480,11 +522,12 @@ def layer_region(mode, T, B, H, P, proj):
     return (h0, gates, extra, c0, hraw), end
 
 
-def record_layer(op, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P, reverse, shape):
+def record_layer(op, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P, reverse, shape, batch_sizes=None):
     """Record one layer (one direction) over ``T`` steps: ``xw`` the input projection
-    without bias (``T*B`` rows of gates), ``w_hh`` (G*H, P); ``h0``, ``c0``, ``b_ih``,
-    ``b_hh``, ``w_hr`` may be None.  Returns the output, of ``shape`` (``(T, B, P)``, or
-    ``(B, P)`` for a cell)."""
+    without bias (``T*B`` rows of gates, or with packed sequences ``sum(batch_sizes)``),
+    ``w_hh`` (G*H, P); ``h0``, ``c0``, ``b_ih``, ``b_hh``, ``w_hr`` may be None.  Returns
+    the output, of ``shape`` (``(T, B, P)``, or ``(B, P)`` for a cell); with
+    ``batch_sizes`` a sequence's rows past its end hold its last state."""
     dt = xw._dtype
     tape = _state.tape or _current()
     grad = _state.grad
@@ -497,7 +540,8 @@ def record_layer(op, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P, rever
             listed += [1, encode_operand(tape, t, dt)]
             listed_rg = listed_rg or (grad and t._rg)
     offsets, total = layer_region(mode, T, B, H, P, w_hr is not None)
-    p = tape.add_ints([mode, T, B, H, P, 1 if reverse else 0] + listed + list(offsets))
+    sizes = [0] if batch_sizes is None else [1] + [int(n) for n in batch_sizes]
+    p = tape.add_ints([mode, T, B, H, P, 1 if reverse else 0] + listed + list(offsets) + sizes)
     fields = []
     rg = listed_rg
     for t in (xw, w_hh):
