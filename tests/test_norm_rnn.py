@@ -622,3 +622,83 @@ def test_batch_norm_training_refused_by_compile_eval_replays(torch):
     assert first == again and compiled.stats()["traces"] == 1
     w.grad = None
     assert abs(float(f(x)) - again) < 1e-6
+
+
+# ---- packed and padded sequences -------------------------------------------------------------
+
+PACKED_CONFIGS = [("LSTM", {}), ("LSTM", {"bidirectional": True, "num_layers": 2}),
+                  ("LSTM", {"proj_size": 2, "bidirectional": True}), ("GRU", {"batch_first": True}),
+                  ("GRU", {"bidirectional": True}), ("RNN", {"num_layers": 2}),
+                  ("RNN", {"nonlinearity": "relu", "bidirectional": True})]
+
+
+@pytest.mark.parametrize("with_state", [True, False])
+@pytest.mark.parametrize("mode, options", PACKED_CONFIGS, ids=[f"{m}-{o}" for m, o in PACKED_CONFIGS])
+def test_packed_sequences_match_torch(torch, mode, options, with_state):
+    """pack_padded_sequence (unsorted lengths) -> module -> pad_packed_sequence: every
+    sequence's own last state in h_n (and c_n), zeros past each end, the gradients."""
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, mode)(3, 4, **options).double()
+    ours = getattr(tj.nn, mode)(3, 4, **options, dtype=tj.float64)
+    _copy_params(torch, ours, theirs)
+    rng = np.random.default_rng(0)
+    lengths = [3, 5, 1, 4]
+    batch_first = options.get("batch_first", False)
+    x = rng.standard_normal((4, 5, 3) if batch_first else (5, 4, 3))
+    layers = options.get("num_layers", 1) * (2 if options.get("bidirectional") else 1)
+    states = [rng.standard_normal((layers, 4, options.get("proj_size") or 4)), rng.standard_normal((layers, 4, 4))]
+    t_in = [torch.tensor(a, requires_grad=True) for a in [x] + states]
+    o_in = [tj.tensor(a, requires_grad=True) for a in [x] + states]
+
+    def run(lib, module, x, h, c):
+        packed = lib.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False)
+        hx = ((h, c) if mode == "LSTM" else h) if with_state else None
+        out, hidden = module(packed, hx)
+        assert isinstance(out, lib.nn.utils.rnn.PackedSequence)
+        padded, out_lengths = lib.nn.utils.rnn.pad_packed_sequence(out, batch_first=batch_first, total_length=6)
+        assert out_lengths.tolist() == lengths
+        return [padded] + (list(hidden) if mode == "LSTM" else [hidden])
+    t_res, o_res = run(torch, theirs, *t_in), run(tj, ours, *o_in)
+    for i, (a, b) in enumerate(zip(o_res, t_res)):
+        _close(a, b, "float64", f"packed result {i}")
+    weights = [rng.standard_normal(tuple(r.shape)) for r in t_res]
+    sum((r * torch.tensor(w)).sum() for r, w in zip(t_res, weights)).backward()
+    sum((r * tj.tensor(w)).sum() for r, w in zip(o_res, weights)).backward()
+    for i in range((3 if mode == "LSTM" else 2) if with_state else 1):
+        _close(o_in[i].grad, t_in[i].grad, "float64", f"gradient of input {i}")
+    named = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        _close(p.grad, named[name].grad, "float64", f"gradient of {name}")
+
+
+def test_sequence_utilities_match_torch(torch):
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((n, 2)) for n in (2, 4, 3)]
+    for batch_first, side in itertools.product((False, True), ("right", "left")):
+        ours = tj.nn.utils.rnn.pad_sequence([tj.tensor(a) for a in arrays], batch_first, -1.0, side)
+        theirs = torch.nn.utils.rnn.pad_sequence([torch.tensor(a) for a in arrays], batch_first, -1.0, side)
+        _close(ours, theirs, "float64", f"pad_sequence batch_first={batch_first} {side}")
+    seqs = [tj.tensor(a, requires_grad=True) for a in arrays]
+    packed = tj.nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False)
+    expected = torch.nn.utils.rnn.pack_sequence([torch.tensor(a) for a in arrays], enforce_sorted=False)
+    _close(packed.data, expected.data, "float64", "pack_sequence data")
+    for name in ("batch_sizes", "sorted_indices", "unsorted_indices"):
+        assert getattr(packed, name).tolist() == getattr(expected, name).tolist(), name
+        assert getattr(packed, name).dtype is tj.int64
+    for a, b in zip(tj.nn.utils.rnn.unpack_sequence(packed), torch.nn.utils.rnn.unpack_sequence(expected)):
+        _close(a, b, "float64", "unpack_sequence")
+    packed.data.sum().backward()   # the gradient reaches every sequence element once
+    for s in seqs:
+        np.testing.assert_array_equal(value(s.grad), np.ones(s.shape))
+    from tapejit.nn.utils.rnn import pad_sequence   # importable as torch's module
+    assert pad_sequence is tj.nn.utils.rnn.pad_sequence
+    for lib in (tj, torch):
+        assert lib.nn.utils.rnn.PackedSequence(*expected if lib is torch else packed).batch_sizes.tolist() == [3, 3, 2, 1]
+    errors = [
+        lambda m: m.nn.utils.rnn.pack_padded_sequence(m.zeros(4, 2, 1), [2, 3]),
+        lambda m: m.nn.utils.rnn.pack_padded_sequence(m.zeros(4, 2, 1), [2, 0]),
+        lambda m: m.nn.utils.rnn.pad_packed_sequence(m.nn.utils.rnn.pack_sequence([m.zeros(3, 1)]), total_length=2),
+        lambda m: m.nn.utils.rnn.pad_sequence([m.zeros(3, 1)], padding_side="middle"),
+    ]
+    for i, case in enumerate(errors):
+        assert _outcome(lambda: case(tj)) == _outcome(lambda: case(torch)), f"case {i}"

@@ -748,7 +748,7 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
     """Stack tensors of shapes ``(L_i, *)`` into ``(max L, B, *)`` (``(B, max L, *)`` with
     ``batch_first``), padded with ``padding_value`` on the ``padding_side``."""
     if padding_side not in ("left", "right"):
-        raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
+        raise RuntimeError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
     if isinstance(sequences, Tensor):
         sequences = list(sequences.unbind(0))
     sequences = list(sequences)
