@@ -47,6 +47,17 @@ from tapejit.nn.pooling import (
 from tapejit.nn import hooks  # noqa: F401
 from tapejit.nn.parameter import Parameter
 from tapejit.nn import utils  # noqa: F401
+from tapejit.nn.normalization import (
+           BatchNorm1d,
+           BatchNorm2d,
+           BatchNorm3d,
+           GroupNorm,
+           InstanceNorm1d,
+           InstanceNorm2d,
+           InstanceNorm3d,
+           LocalResponseNorm,
+)
+from tapejit.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
            "ELU",
@@ -97,4 +108,20 @@ __all__ = [
            "Upsample",
            "UpsamplingBilinear2d",
            "UpsamplingNearest2d",
+           "BatchNorm1d",
+           "BatchNorm2d",
+           "BatchNorm3d",
+           "GroupNorm",
+           "InstanceNorm1d",
+           "InstanceNorm2d",
+           "InstanceNorm3d",
+           "LocalResponseNorm",
+           "GRU",
+           "GRUCell",
+           "LSTM",
+           "LSTMCell",
+           "RNN",
+           "RNNBase",
+           "RNNCell",
+           "RNNCellBase",
 ]

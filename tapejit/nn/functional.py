@@ -25,6 +25,7 @@ from tapejit.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh
 from tapejit.ops.unary import leaky_relu as _leaky_relu
 from tapejit.ops.unary import relu as _relu
 from tapejit.printing import type_name
+from tapejit.shapes import numel as _numel
 from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -145,22 +146,25 @@ def _padding_index(padding_idx, rows):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalize over the trailing ``normalized_shape`` dims (biased variance), then scale
-    and shift."""
+    and shift: one record (NativeLayerNormBackward0, tapejit/ops/norm.py)."""
+    from tapejit.ops import norm as _norm
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if k == 0 or len(input._shape) < k or tuple(input._shape[-k:]) != shape:
+    if k == 0:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+                           f"one element, but got normalized_shape = {list(shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t._shape) != shape:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{list(t._shape)} and normalized_shape = {list(shape)}")
+    if len(input._shape) < k or tuple(input._shape[-k:]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape [*, "
             f"{', '.join(map(str, shape))}], but got input of size{list(input._shape)}")
-    dims = tuple(range(-k, 0))
-    centred = input - input.mean(dims, keepdim=True)
-    variance = (centred * centred).mean(dims, keepdim=True)
-    out = centred * (variance + eps).rsqrt()
-    if weight is not None:
-        out = weight * out
-    if bias is not None:
-        out = bias + out
-    return out
+    _norm_dtypes(input, "LayerNormKernelImpl", weight, bias)
+    size = _numel(shape)
+    rows = _numel(input._shape[:-k])
+    return _norm.normalize(_norm.LAYER_NORM, input, weight, bias, None, None, eps, (1, rows, size, 1, 0, 1, size))
 
 
 # torch's TypeError naming the argument that is not a tensor, from a front end built from
@@ -233,3 +237,177 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
     if inplace:
         return input.mul_(_concrete(mask))
     return input * _concrete(mask)
+
+
+
+# ---- normalisation: one record each (tapejit/ops/norm.py) -----------------------------------
+
+def _verify_batch_size(size):
+    size_prods = size[0]
+    for i in range(len(size) - 2):
+        size_prods *= size[i + 2]
+    if size_prods == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
+
+
+def _verify_spatial_size(size):
+    size_prods = 1
+    for i in range(2, len(size)):
+        size_prods *= size[i]
+    if size_prods == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {size}")
+
+
+def _norm_dtypes(input, kernel, *params):
+    """torch's CPU rules: a float input, and parameters of its dtype."""
+    if not input._dtype.is_floating_point:
+        raise dtypes.not_implemented(kernel, input._dtype)
+    for t in params:
+        if t is not None and t._dtype is not input._dtype:
+            if input._dtype is dtypes.float32:
+                raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+            raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+
+
+def _channels(input):
+    if len(input._shape) < 2:
+        raise IndexError(f"Dimension out of range (expected to be in range of [-{max(len(input._shape), 1)}, "
+                         f"{max(len(input._shape), 1) - 1}], but got 1)")
+    shape = input._shape
+    return shape[0], shape[1], _numel(shape[2:])
+
+
+def _not_differentiable(running_mean, running_var):
+    from tapejit.grad_mode import is_grad_enabled
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is not None and t.requires_grad and is_grad_enabled():
+            raise RuntimeError(f"The function 'native_batch_norm' is not differentiable with respect to argument "
+                               f"'{name}'. This input cannot have requires_grad True.")
+
+
+def _update_running_stats(input, running_mean, running_var, momentum, instances):
+    """torch's in-place update of the running statistics in training: ``momentum * batch +
+    (1 - momentum) * running``, with the unbiased variance, computed in float64.  With
+    ``instances`` (instance norm) the statistics are per (sample, channel) and averaged over
+    the samples."""
+    from tapejit.grad_mode import no_grad
+    from tapejit.tape import state
+    if state.trace is not None:   # tj.compile: a replay would not repeat the update
+        from tapejit.replay.trace import check_write
+        check_write(running_mean)
+    n, c = input._shape[:2]
+    x = input._value().astype(np.float64).reshape(n, c, -1)
+    count = x.shape[2] if instances else n * x.shape[2]
+    if instances:
+        mean = x.mean(axis=2)
+        var = x.var(axis=2) * (count / (count - 1))
+    else:
+        mean = x.mean(axis=(0, 2))
+        var = x.var(axis=(0, 2)) * (count / (count - 1))
+    for buffer, batch in ((running_mean, mean), (running_var, var)):
+        old = buffer._value().astype(np.float64)
+        new = momentum * batch + (1 - momentum) * old
+        if instances:
+            new = new.mean(axis=0)
+        with no_grad():
+            buffer.copy_(_concrete(np.asarray(new, dtype=buffer._dtype.np)))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+               eps=1e-5):
+    """Normalize each channel (dim 1) by the batch's statistics in training (updating
+    ``running_mean``/``running_var`` in place when given) or by the running ones."""
+    from tapejit.ops import norm as _norm
+    if training:
+        _verify_batch_size(input.size())
+    if training and eps <= 0.0:
+        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+    elif eps < 0.0:
+        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    n, c, length = _channels(input)
+    if not training and running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
+    _norm_dtypes(input, "batch_norm", weight, bias, running_mean, running_var)
+    _not_differentiable(running_mean, running_var)
+    if training and running_mean is not None:
+        _update_running_stats(input, running_mean, running_var, momentum, instances=False)
+    given = not training
+    return _norm.normalize(_norm.BATCH_NORM, input, weight, bias, running_mean if given else None,
+                           running_var if given else None, eps, (n, c, length, c, 1, length, c))
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample by its own statistics (or by running ones when
+    not ``use_input_stats``); running statistics given are updated with the samples' mean."""
+    from tapejit.ops import norm as _norm
+    if use_input_stats:
+        _verify_spatial_size(input.size())
+    n, c, length = _channels(input)
+    if not use_input_stats and (running_mean is None or running_var is None):
+        raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != c:   # torch repeats them per sample first
+            raise RuntimeError(f"{name} should contain {n * c} elements not {n * t.numel()}")
+    _norm_dtypes(input, "batch_norm", weight, bias, running_mean, running_var)
+    _not_differentiable(running_mean, running_var)
+    if use_input_stats and running_mean is not None:
+        _update_running_stats(input, running_mean, running_var, momentum, instances=True)
+    given = not use_input_stats
+    return _norm.normalize(_norm.INSTANCE_NORM, input, weight, bias, running_mean if given else None,
+                           running_var if given else None, eps, (1, n * c, length, c, 1, length, c))
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalize each group of ``C / num_groups`` channels of each sample; ``weight`` and
+    ``bias`` are per channel."""
+    from tapejit.ops import norm as _norm
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    shape = input._shape
+    n, c = shape[0], shape[1]
+    _verify_batch_size([n * c // num_groups, num_groups] + list(shape[2:]))
+    if c % num_groups:
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input "
+                           f"of shape {list(shape)} and num_groups={num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.dim() != 1 or t.numel() != c):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, "
+                               f"but got {name} of shape {list(t._shape)} and input of shape {list(shape)}")
+    _norm_dtypes(input, "group_norm", weight, bias)
+    length = _numel(shape[2:])
+    per = c // num_groups
+    return _norm.normalize(_norm.GROUP_NORM, input, weight, bias, None, None, eps,
+                           (1, n * num_groups, per * length, num_groups, per, length, c))
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """``input / (k + alpha * mean of input**2 over size neighbouring channels) ** beta``,
+    the window zero-padded at the edges as torch's."""
+    from tapejit.ops.movement import cat
+    dim = input.dim()
+    if dim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality                          input (got {dim} dimensions)")
+    if input.numel() == 0:
+        return input
+    shape = input._shape
+    c = shape[1]
+    div = input * input
+    front, back = size // 2, (size - 1) // 2
+    zeros = [_concrete(np.zeros((shape[0], m) + shape[2:], div._dtype.np)) for m in (front, back)]
+    if front or back:
+        div = cat(([zeros[0]] if front else []) + [div] + ([zeros[1]] if back else []), 1)
+    total = div[:, 0:c]
+    for i in range(1, size):
+        total = total + div[:, i:i + c]
+    return input / ((total / size) * alpha + k) ** beta
+
+
+__all__ += ["batch_norm", "group_norm", "instance_norm", "local_response_norm"]

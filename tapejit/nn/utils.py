@@ -112,3 +112,15 @@ def vector_to_parameters(vec, parameters):
         end = start + p.numel()
         p.data = vec[start:end].view_as(p).data
         start = end
+
+
+# ---- torch.nn.utils.rnn: packed and padded sequences (defined in tapejit/nn/rnn.py) ---------
+import sys as _sys  # noqa: E402
+
+from tapejit.nn import rnn as _recurrent  # noqa: E402
+
+rnn = types.ModuleType(__name__ + ".rnn", "torch.nn.utils.rnn: packing and padding sequences of different lengths.")
+for _name in _recurrent.SEQUENCE_UTILITIES:
+    setattr(rnn, _name, getattr(_recurrent, _name))
+rnn.__all__ = list(_recurrent.SEQUENCE_UTILITIES)
+_sys.modules[rnn.__name__] = rnn   # ``from tapejit.nn.utils.rnn import pad_sequence``

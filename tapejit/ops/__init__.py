@@ -9,4 +9,6 @@ from tapejit.ops import (  # noqa: F401
     activation,
     conv,
     pool,
+    norm,
+    rnn,
 )
