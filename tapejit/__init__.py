@@ -45,3 +45,4 @@ def is_floating_point(input):
 
 
 del _dtypes
+from tapejit import special  # noqa: E402,F401

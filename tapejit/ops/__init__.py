@@ -8,3 +8,4 @@ from tapejit.ops import (  # noqa: F401
     linalg,
     activation,
 )
+from tapejit.ops import special  # noqa: F401,E402
