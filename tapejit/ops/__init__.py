@@ -8,4 +8,4 @@ from tapejit.ops import (  # noqa: F401
     linalg,
     activation,
 )
-from tapejit.ops import special  # noqa: F401,E402
+from tapejit.ops import special, linalg_small  # noqa: F401,E402

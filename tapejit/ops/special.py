@@ -674,10 +674,17 @@ LOGIT = _special("logit", "LogitBackward0", logit_value, logit_grad, nconst=1,
 
 @kernel
 def nan_to_num_forward(v, out, a, b, p, q, ints, floats):
+    # ints[p] = size, ints[p + 1] = 1 where posinf / 2 where neginf is the dtype's limit
+    # (kept out of ``floats``, whose float32 copy cannot hold float64's limits)
+    n = ints[p]
     nan = floats[q]
     posinf = floats[q + 1]
     neginf = floats[q + 2]
-    for i in range(p):
+    if ints[p + 1] & 1:
+        posinf = np.finfo(v.dtype).max
+    if ints[p + 1] & 2:
+        neginf = np.finfo(v.dtype).min
+    for i in range(n):
         x = v[a + i]
         if np.isnan(x):
             v[out + i] = nan
@@ -693,7 +700,7 @@ def nan_to_num_forward(v, out, a, b, p, q, ints, floats):
 def nan_to_num_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     if ma == 0:
         return
-    for i in range(p):
+    for i in range(ints[p]):
         # torch: grad * isfinite(x)
         acc(g, a + i, g[out + i] * (1.0 if np.isfinite(v[a + i]) else 0.0), ma)
 
@@ -1030,15 +1037,13 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     largest and lowest finite values); the gradient passes where the input is finite."""
     if not input._dtype.is_floating_point:
         return _concrete(np.array(input._value(), copy=True))
-    info = np.finfo(input._dtype.np)
-    posinf = float(info.max) if posinf is None else float(posinf)
-    neginf = float(info.min) if neginf is None else float(neginf)
     if not on_tape(input):
         return eager(nan_to_num, input, nan, posinf, neginf)
     tape = _state.tape or _current()
-    q = tape.add_floats(float(nan), posinf)
-    tape.add_floats(neginf)
-    return record(NAN_TO_NUM, (input,), input._shape, input._dtype, input._numel, q)
+    q = tape.add_floats(float(nan), 0.0 if posinf is None else float(posinf))
+    tape.add_floats(0.0 if neginf is None else float(neginf))
+    p = tape.add_ints((input._numel, (posinf is None) + 2 * (neginf is None)))
+    return record(NAN_TO_NUM, (input,), input._shape, input._dtype, p, q)
 
 
 _in_place("nan_to_num_", nan_to_num, True)
