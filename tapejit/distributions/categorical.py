@@ -82,7 +82,9 @@ class Categorical(Distribution):
         return log_pmf.gather(-1, value).squeeze(-1)
 
     def entropy(self):
-        min_real = float(np.finfo(self.logits.dtype.np).min)
+        # torch clamps at its dtype's lowest value, so that -inf logits times 0 probabilities give 0;
+        # float32's lowest gives the same products and fits every float dtype
+        min_real = float(np.finfo(np.float32).min)
         logits = _tj().clamp(self.logits, min=min_real)
         p_log_p = logits * self.probs
         return -p_log_p.sum(-1)

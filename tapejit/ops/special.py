@@ -190,9 +190,7 @@ def polygamma_value(x, c0, c1):
     if q == np.inf:
         return 0.0
     if q <= 0.0 and q == np.floor(q):
-        if q == -np.inf:
-            return np.nan
-        return np.inf if c0 % 2.0 == 1.0 else np.nan   # a pole: +inf for odd orders, as SciPy
+        return np.inf if c0 % 2.0 == 1.0 else -np.inf   # a pole (or -inf): (-1)^(n+1) inf, as torch
     acc = q ** -s
     a = q
     b = 0.0
@@ -239,9 +237,7 @@ def polygamma_grad(x, y, g, c0, c1):
     if q == np.inf:
         return g * 0.0
     if q <= 0.0 and q == np.floor(q):
-        if q == -np.inf:
-            return g * np.nan
-        return g * (np.inf if n % 2.0 == 1.0 else np.nan)
+        return g * (np.inf if n % 2.0 == 1.0 else -np.inf)
     acc = q ** -s
     a = q
     b = 0.0
@@ -286,8 +282,6 @@ def digamma_grad(x, y, g, c0, c1):
     if q == np.inf:
         return g * 0.0
     if q <= 0.0 and q == np.floor(q):
-        if q == -np.inf:
-            return g * np.nan
         return g * np.inf
     acc = 1.0 / (q * q)
     a = q
