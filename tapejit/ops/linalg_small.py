@@ -266,11 +266,15 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
         A = expand(A, batch_shape + (n, n))
     if B._shape[:-2] != batch_shape:
         B = expand(B, batch_shape + (n, k))
-    if not on_tape(A, B):
-        return eager(solve_triangular, A, B, upper=False)
     batch = 1
     for s in batch_shape:
         batch *= s
+    return _solve_lower(A, B, batch, n, k, batch_shape)
+
+
+def _solve_lower(A, B, batch, n, k, batch_shape):
+    if not on_tape(A, B):
+        return eager(_solve_lower, A, B, batch, n, k, batch_shape)
     tape = _state.tape or _current()
     p = tape.add_ints((batch, n, k))
     return record(SOLVE_TRIANGULAR, (A, B), batch_shape + (n, k), A._dtype, p, 0)

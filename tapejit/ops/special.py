@@ -714,14 +714,23 @@ def atan2_value(x, y):
     return np.arctan2(x, y)
 
 
+# torch's: 1 / (x^2 + y^2) taken as 0 where x = y = 0, so the origin gets a zero gradient
+
+
 @rule
 def atan2_grad_x(x, y, z, g):
-    return g * y / (x * x + y * y)
+    d = x * x + y * y
+    if d == 0.0:
+        return g * y * 0.0
+    return g * y / d
 
 
 @rule
 def atan2_grad_y(x, y, z, g):
-    return g * -x / (x * x + y * y)
+    d = x * x + y * y
+    if d == 0.0:
+        return g * -x * 0.0
+    return g * -x / d
 
 
 ATAN2 = define_binary("atan2", "Atan2Backward0", atan2_value, atan2_grad_x, atan2_grad_y, group="special",
@@ -802,10 +811,12 @@ def xlogy_value(x, y):
 
 @rule
 def xlogy_grad_x(x, y, z, g):
-    # torch: g * xlogy(x != 0, y)
+    # torch: xlogy(g, y), masked to 0 where x == 0 and y <= 0
+    if x == 0.0 and y <= 0.0:
+        return 0.0
     if np.isnan(y):
-        return g * np.nan
-    if x == 0.0:
+        return np.nan
+    if g == 0.0:
         return g * 0.0
     return g * np.log(y)
 
@@ -830,9 +841,12 @@ def xlog1py_value(x, y):
 
 @rule
 def xlog1py_grad_x(x, y, z, g):
+    # torch: xlog1py(g, y), masked to 0 where x == 0 and y <= -1
+    if x == 0.0 and y <= -1.0:
+        return 0.0
     if np.isnan(y):
-        return g * np.nan
-    if x == 0.0:
+        return np.nan
+    if g == 0.0:
         return g * 0.0
     return g * np.log1p(y)
 
