@@ -520,6 +520,20 @@ LOG10 = _special("log10", "Log10Backward0", log10_value, log10_grad, samples=una
 EXP2 = _special("exp2", "Exp2Backward0", exp2_value, exp2_grad, saved="o", samples=unary_samples("exp2", anywhere))
 
 
+@rule
+def reciprocal_value(x, c0, c1):
+    return 1.0 / x
+
+
+@rule
+def reciprocal_grad(x, y, g, c0, c1):
+    return -g * y * y
+
+
+RECIPROCAL = _special("reciprocal", "ReciprocalBackward0", reciprocal_value, reciprocal_grad, saved="o",
+                      samples=unary_samples("reciprocal", away_from_zero))
+
+
 # ---- rounding: piecewise constant, an exact zero gradient as torch's zeros_like --------------
 
 
@@ -950,6 +964,7 @@ for _names, _op, _fn_inplace in [(("lgamma",), LGAMMA, False), (("digamma",), DI
                                  (("acosh", "arccosh"), ACOSH, True), (("atanh", "arctanh"), ATANH, True),
                                  (("sinh",), SINH, True), (("cosh",), COSH, True), (("log2",), LOG2, True),
                                  (("log10",), LOG10, True), (("exp2",), EXP2, True), (("sinc",), SINC, True),
+                                 (("reciprocal",), RECIPROCAL, True),
                                  (("deg2rad",), DEG2RAD, True), (("rad2deg",), RAD2DEG, True)]:
     for _name in _names:
         globals()[_name] = export(_elementwise(_op, _name), method=True)
