@@ -26,10 +26,12 @@ def spd_factor(rng, shape):
 
 
 def lower_factor(rng, shape):
-    """Lower-triangular-ish matrices with a diagonal far from 0 (the solve reads the lower triangle)."""
+    """Square matrices get a diagonal far from 0 (the solve reads their lower triangle);
+    right-hand sides are plain uniform values."""
     m = rng.uniform(-0.5, 0.5, size=shape)
-    n = shape[-1]
-    return m + np.eye(n) * rng.uniform(1.5, 2.5, size=shape[:-1])[..., None]
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        return m
+    return m + np.eye(shape[-1]) * rng.uniform(1.5, 2.5, size=shape[:-1])[..., None]
 
 
 @kernel
