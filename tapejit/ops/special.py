@@ -17,16 +17,18 @@ tests/test_special.py checks the whole range against SciPy.  ``erfinv`` refines 
 initial rational approximation by Newton steps, on ``erfc`` in the tails so that values
 near +-1 keep full precision.
 
-Rules are inlined into the sweeps (``tapejit/_inline.py``), so each one is self-contained:
-the digamma and zeta sums appear in every rule that needs them.  They compute in float64
-and store in the record's dtype.  These ops form the "special" group: a program compiles
-them only when its tape uses one.
+The gamma functions are whole-record kernels around compiled scalar helpers
+(``digamma_scalar``, ``polygamma_scalar``); the other ops are rules, inlined into the sweeps
+(``tapejit/_inline.py``).  All compute in float64 and store in the record's dtype.  The
+special functions (with tapejit/ops/linalg_small.py) form the "special" op group, the
+elementary functions and rounding the "elementary" group: a program compiles each only
+when its tape uses one of its ops (cold, each adds about as much as the "math" group).
 """
 import math
 
 import numpy as np
 
-from tapejit._jit import kernel, rule
+from tapejit._jit import helper, kernel, rule
 from tapejit.ops._kernel_helpers import acc
 from tapejit.registry import define_binary, define_kernel, define_unary, same_kernels
 from tapejit.samples import anywhere, away_from_zero, binary_samples, cases, positive, unary_samples
@@ -34,6 +36,12 @@ from tapejit.samples import anywhere, away_from_zero, binary_samples, cases, pos
 
 def _special(name, node, *args, **kwargs):
     return define_unary(name, node, *args, group="special", **kwargs)
+
+
+def _elementary(name, node, *args, **kwargs):
+    """Elementary functions and rounding: a group apart from the special functions, whose
+    long inlined sums (digamma, zeta, erfinv) triple the group's compile time."""
+    return define_unary(name, node, *args, group="elementary", **kwargs)
 
 
 # ---- input domains of the samples ------------------------------------------------------------
@@ -68,15 +76,13 @@ def converged(rng, shape):
 
 
 # ---- gamma functions --------------------------------------------------------------------------
+# Whole-record kernels around compiled scalar helpers, not inlined rules: the digamma and zeta
+# sums are long, and inlined into each rule that needs them (three sweeps each) they made
+# the group's compile several times slower.  The helpers are compiled once, into the kernels.
 
 
-@rule
-def lgamma_value(x, c0, c1):
-    return math.lgamma(x)
-
-
-@rule
-def digamma_value(x, c0, c1):
+@helper
+def digamma_scalar(x):
     s = x * 1.0
     if s == 0.0:
         return math.copysign(np.inf, -s)   # torch: -inf at +0, inf at -0
@@ -127,209 +133,100 @@ def digamma_value(x, c0, c1):
     return r + np.log(s) - 0.5 / s - y
 
 
-@rule
-def lgamma_grad(x, y, g, c0, c1):
-    # g * digamma(x): digamma_value's body (rules are inlined, they cannot call each other)
-    s = x * 1.0
-    if s == 0.0:
-        return g * math.copysign(np.inf, -s)
-    d = s - 1.4616321449683622
-    if abs(d) < 0.2:
-        p = 0.0
-        for c in (0.00011063372768747428, -0.00016170622091974827, 0.00023635601564027086,
-                  -0.0003454680251063082, 0.0005049532658346027, -0.000738070938996006,
-                  0.0010788252019162978, -0.001576936771430199, 0.00230512632673493,
-                  -0.0033698016554393312, 0.004926781395729858, -0.007204534386356875,
-                  0.010538791616612184, -0.01542476590494897, 0.022597648232218118,
-                  -0.033161126474847376, 0.04880428816414313, -0.07219956125645474,
-                  0.10782405069126241, -0.16394270544240658, 0.2584997609556511,
-                  -0.4427631689835922, 0.9676722454476212):
-            p = p * d + c
-        return g * (p * d - 9.241265521729427e-17)
-    d = s + 0.5040830082644554
-    if abs(d) < 0.05:
-        p = 0.0
-        for c in (530280.3912420176, -36529.945969485576, 132262.95480834588, -8051.818155363481,
-                  32997.785655255044, -1743.3646088673593, 8234.667099203069, -368.5783503832184,
-                  2055.5357119463315, -75.37700066344615, 513.2704629562861, -14.706721735530332,
-                  128.27342343090902, -2.7610116487908227, 32.258572064915505, -0.8093454625306499,
-                  8.939798558792134):
-            p = p * d + c
-        return g * (p * d + 7.289763902976895e-17)
-    r = 0.0
-    if s < 0.0:
-        if s == np.floor(s):
-            return g * np.nan
-        r = -np.pi / np.tan(np.pi * (s - np.trunc(s)))
-        s = 1.0 - s
-    while s < 10.0:
-        r -= 1.0 / s
-        s += 1.0
-    if s == 10.0:
-        return g * (r + 2.25175258906672110764)
-    z = 1.0 / (s * s)
-    w = 0.0
-    if s < 1.0e17:
-        w = z * (((((((8.33333333333333333333E-2 * z - 2.10927960927960927961E-2) * z
-                      + 7.57575757575757575758E-3) * z - 4.16666666666666666667E-3) * z
-                    + 3.96825396825396825397E-3) * z - 8.33333333333333333333E-3) * z
-                  + 8.33333333333333333333E-2))
-    return g * (r + np.log(s) - 0.5 / s - w)
+_ZETA_COEF = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+              -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+              1.8152105401943546773e17, -7.1661652561756670113e18)
 
 
-LGAMMA = _special("lgamma", "LgammaBackward0", lgamma_value, lgamma_grad,
-                  samples=unary_samples("lgamma", non_integer))
-
-
-@rule
-def polygamma_value(x, c0, c1):
-    """psi^(n)(x) for n = c0 >= 1: (-1)^(n+1) n! zeta(n + 1, x), the Hurwitz zeta function
-    by Cephes' Euler-Maclaurin sum (torch's ``zeta``)."""
-    s = c0 + 1.0
+@helper
+def polygamma_scalar(n, x):
+    """psi^(n)(x) for n >= 1: (-1)^(n+1) n! zeta(n + 1, x), the Hurwitz zeta function by
+    Cephes' Euler-Maclaurin sum (torch's ``zeta``)."""
+    s = n + 1.0
     q = x * 1.0
+    sign = 1.0 if n % 2.0 == 1.0 else -1.0
     if q == np.inf:
         return 0.0
     if q <= 0.0 and q == np.floor(q):
-        return np.inf if c0 % 2.0 == 1.0 else -np.inf   # a pole (or -inf): (-1)^(n+1) inf, as torch
-    acc = q ** -s
+        return sign * np.inf                   # a pole (or -inf): (-1)^(n+1) inf, as torch
+    acc_ = q ** -s
     a = q
     b = 0.0
     i = 0
-    done = False
     while i < 9 or a <= 9.0:
         i += 1
         a += 1.0
         b = a ** -s
-        acc += b
-        if abs(b / acc) < 1.11022302462515654042E-16:
-            done = True
+        acc_ += b
+        if abs(b / acc_) < 1.11022302462515654042E-16:
+            return sign * math.gamma(n + 1.0) * acc_
+    w = a
+    acc_ += b * w / (s - 1.0)
+    acc_ -= 0.5 * b
+    fa = 1.0
+    k = 0.0
+    for j in range(12):
+        fa *= s + k
+        b /= w
+        t = fa * b / _ZETA_COEF[j]
+        acc_ += t
+        if abs(t / acc_) < 1.11022302462515654042E-16:
             break
-    if not done:
-        w = a
-        acc += b * w / (s - 1.0)
-        acc -= 0.5 * b
-        fa = 1.0
-        k = 0.0
-        coef = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
-                -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
-                1.8152105401943546773e17, -7.1661652561756670113e18)
-        for j in range(12):
-            fa *= s + k
-            b /= w
-            t = fa * b / coef[j]
-            acc += t
-            if abs(t / acc) < 1.11022302462515654042E-16:
-                break
-            k += 1.0
-            fa *= s + k
-            b /= w
-            k += 1.0
-    sign = 1.0 if c0 % 2.0 == 1.0 else -1.0
-    return sign * math.gamma(c0 + 1.0) * acc
+        k += 1.0
+        fa *= s + k
+        b /= w
+        k += 1.0
+    return sign * math.gamma(n + 1.0) * acc_
 
 
-@rule
-def polygamma_grad(x, y, g, c0, c1):
-    # g * psi^(n+1)(x): polygamma_value's body with n + 1
-    n = c0 + 1.0
-    s = n + 1.0
-    q = x * 1.0
-    if q == np.inf:
-        return g * 0.0
-    if q <= 0.0 and q == np.floor(q):
-        return g * (np.inf if n % 2.0 == 1.0 else -np.inf)
-    acc = q ** -s
-    a = q
-    b = 0.0
-    i = 0
-    done = False
-    while i < 9 or a <= 9.0:
-        i += 1
-        a += 1.0
-        b = a ** -s
-        acc += b
-        if abs(b / acc) < 1.11022302462515654042E-16:
-            done = True
-            break
-    if not done:
-        w = a
-        acc += b * w / (s - 1.0)
-        acc -= 0.5 * b
-        fa = 1.0
-        k = 0.0
-        coef = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
-                -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
-                1.8152105401943546773e17, -7.1661652561756670113e18)
-        for j in range(12):
-            fa *= s + k
-            b /= w
-            t = fa * b / coef[j]
-            acc += t
-            if abs(t / acc) < 1.11022302462515654042E-16:
-                break
-            k += 1.0
-            fa *= s + k
-            b /= w
-            k += 1.0
-    sign = 1.0 if n % 2.0 == 1.0 else -1.0
-    return g * (sign * math.gamma(n + 1.0) * acc)
+# ints[p] = element count; floats[q] = the order n (polygamma) or -1 (lgamma), -2 (digamma)
 
 
-@rule
-def digamma_grad(x, y, g, c0, c1):
-    # g * trigamma(x) = g * zeta(2, x): polygamma_value's body with n = 1
-    q = x * 1.0
-    if q == np.inf:
-        return g * 0.0
-    if q <= 0.0 and q == np.floor(q):
-        return g * np.inf
-    acc = 1.0 / (q * q)
-    a = q
-    b = 0.0
-    i = 0
-    done = False
-    while i < 9 or a <= 9.0:
-        i += 1
-        a += 1.0
-        b = 1.0 / (a * a)
-        acc += b
-        if abs(b / acc) < 1.11022302462515654042E-16:
-            done = True
-            break
-    if not done:
-        w = a
-        acc += b * w
-        acc -= 0.5 * b
-        fa = 1.0
-        k = 0.0
-        coef = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
-                -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
-                1.8152105401943546773e17, -7.1661652561756670113e18)
-        for j in range(12):
-            fa *= 2.0 + k
-            b /= w
-            t = fa * b / coef[j]
-            acc += t
-            if abs(t / acc) < 1.11022302462515654042E-16:
-                break
-            k += 1.0
-            fa *= 2.0 + k
-            b /= w
-            k += 1.0
-    return g * acc
+@kernel
+def gamma_family_forward(v, out, a, b, p, q, ints, floats):
+    order = floats[q]
+    for i in range(ints[p]):
+        x = v[a + i]
+        if order == -1.0:
+            v[out + i] = math.lgamma(x)
+        elif order == -2.0:
+            v[out + i] = digamma_scalar(x)
+        else:
+            v[out + i] = polygamma_scalar(order, x)
 
 
-DIGAMMA = _special("digamma", "DigammaBackward0", digamma_value, digamma_grad,
-                   samples=lambda rng: (unary_samples("digamma", converged)(rng)
-                                        + unary_samples("digamma_psi", converged,
-                                                        lambda tj, x: tj.special.psi(x), shapes=[(3,)])(rng)))
-POLYGAMMA = _special("polygamma", "PolygammaBackward0", polygamma_value, polygamma_grad, nconst=1,
-                     samples=cases(("polygamma1", lambda tj, x: tj.polygamma(1, x), [(4,)], converged),
-                                   ("polygamma2", lambda tj, x: tj.polygamma(2, x), [(2, 3)], positive),
-                                   ("polygamma3_method", lambda tj, x: x.polygamma(3), [(5,)], non_integer)))
-# polygamma(0, x) is digamma, with torch's node name for the call
-POLYGAMMA0 = same_kernels("polygamma0", "PolygammaBackward0", DIGAMMA,
-                          samples=cases(("polygamma0", lambda tj, x: tj.polygamma(0, x), [(4,)], converged)))
+@kernel
+def gamma_family_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    order = floats[q]
+    for i in range(ints[p]):
+        x = v[a + i]
+        # lgamma' = digamma, digamma' = polygamma(1, .), polygamma(n, .)' = polygamma(n + 1, .)
+        if order == -1.0:
+            d = digamma_scalar(x)
+        elif order == -2.0:
+            d = polygamma_scalar(1.0, x)
+        else:
+            d = polygamma_scalar(order + 1.0, x)
+        acc(g, a + i, g[out + i] * d, ma)
+
+
+def _gamma_family(name, node, samples):
+    return define_kernel(name, node, gamma_family_forward, gamma_family_backward, operands=1, saved="a",
+                         group="special", samples=samples)
+
+
+LGAMMA = _gamma_family("lgamma", "LgammaBackward0", unary_samples("lgamma", non_integer))
+DIGAMMA = _gamma_family("digamma", "DigammaBackward0",
+                        lambda rng: (unary_samples("digamma", converged)(rng)
+                                     + unary_samples("digamma_psi", converged,
+                                                     lambda tj, x: tj.special.psi(x), shapes=[(3,)])(rng)))
+POLYGAMMA = _gamma_family("polygamma", "PolygammaBackward0",
+                          cases(("polygamma0", lambda tj, x: tj.polygamma(0, x), [(4,)], converged),
+                                ("polygamma1", lambda tj, x: tj.polygamma(1, x), [(4,)], converged),
+                                ("polygamma2", lambda tj, x: tj.polygamma(2, x), [(2, 3)], positive),
+                                ("polygamma3_method", lambda tj, x: x.polygamma(3), [(5,)], non_integer)))
 
 
 # ---- error function ---------------------------------------------------------------------------
@@ -472,14 +369,14 @@ def cosh_grad(x, y, g, c0, c1):
     return g * np.sinh(x)
 
 
-ASIN = _special("asin", "AsinBackward0", asin_value, asin_grad, samples=unary_samples("asin", inside_unit))
-ACOS = _special("acos", "AcosBackward0", acos_value, acos_grad, samples=unary_samples("acos", inside_unit))
-ATAN = _special("atan", "AtanBackward0", atan_value, atan_grad, samples=unary_samples("atan", anywhere))
-ASINH = _special("asinh", "AsinhBackward0", asinh_value, asinh_grad, samples=unary_samples("asinh", anywhere))
-ACOSH = _special("acosh", "AcoshBackward0", acosh_value, acosh_grad, samples=unary_samples("acosh", above_one))
-ATANH = _special("atanh", "AtanhBackward0", atanh_value, atanh_grad, samples=unary_samples("atanh", inside_unit))
-SINH = _special("sinh", "SinhBackward0", sinh_value, sinh_grad, samples=unary_samples("sinh", anywhere))
-COSH = _special("cosh", "CoshBackward0", cosh_value, cosh_grad, samples=unary_samples("cosh", anywhere))
+ASIN = _elementary("asin", "AsinBackward0", asin_value, asin_grad, samples=unary_samples("asin", inside_unit))
+ACOS = _elementary("acos", "AcosBackward0", acos_value, acos_grad, samples=unary_samples("acos", inside_unit))
+ATAN = _elementary("atan", "AtanBackward0", atan_value, atan_grad, samples=unary_samples("atan", anywhere))
+ASINH = _elementary("asinh", "AsinhBackward0", asinh_value, asinh_grad, samples=unary_samples("asinh", anywhere))
+ACOSH = _elementary("acosh", "AcoshBackward0", acosh_value, acosh_grad, samples=unary_samples("acosh", above_one))
+ATANH = _elementary("atanh", "AtanhBackward0", atanh_value, atanh_grad, samples=unary_samples("atanh", inside_unit))
+SINH = _elementary("sinh", "SinhBackward0", sinh_value, sinh_grad, samples=unary_samples("sinh", anywhere))
+COSH = _elementary("cosh", "CoshBackward0", cosh_value, cosh_grad, samples=unary_samples("cosh", anywhere))
 
 
 # ---- logarithms and exponentials in base 2 and 10 --------------------------------------------
@@ -515,9 +412,9 @@ def exp2_grad(x, y, g, c0, c1):
     return g * y * 0.6931471805599453
 
 
-LOG2 = _special("log2", "Log2Backward0", log2_value, log2_grad, samples=unary_samples("log2", positive))
-LOG10 = _special("log10", "Log10Backward0", log10_value, log10_grad, samples=unary_samples("log10", positive))
-EXP2 = _special("exp2", "Exp2Backward0", exp2_value, exp2_grad, saved="o", samples=unary_samples("exp2", anywhere))
+LOG2 = _elementary("log2", "Log2Backward0", log2_value, log2_grad, samples=unary_samples("log2", positive))
+LOG10 = _elementary("log10", "Log10Backward0", log10_value, log10_grad, samples=unary_samples("log10", positive))
+EXP2 = _elementary("exp2", "Exp2Backward0", exp2_value, exp2_grad, saved="o", samples=unary_samples("exp2", anywhere))
 
 
 @rule
@@ -530,7 +427,7 @@ def reciprocal_grad(x, y, g, c0, c1):
     return -g * y * y
 
 
-RECIPROCAL = _special("reciprocal", "ReciprocalBackward0", reciprocal_value, reciprocal_grad, saved="o",
+RECIPROCAL = _elementary("reciprocal", "ReciprocalBackward0", reciprocal_value, reciprocal_grad, saved="o",
                       samples=unary_samples("reciprocal", away_from_zero))
 
 
@@ -580,22 +477,22 @@ def frac_grad(x, y, g, c0, c1):
     return g
 
 
-FLOOR = _special("floor", "FloorBackward0", floor_value, zero_grad, saves=False,
+FLOOR = _elementary("floor", "FloorBackward0", floor_value, zero_grad, saves=False,
                  samples=unary_samples("floor", between_steps))
-CEIL = _special("ceil", "CeilBackward0", ceil_value, zero_grad, saves=False,
+CEIL = _elementary("ceil", "CeilBackward0", ceil_value, zero_grad, saves=False,
                 samples=unary_samples("ceil", between_steps))
-TRUNC = _special("trunc", "TruncBackward0", trunc_value, zero_grad, saves=False,
+TRUNC = _elementary("trunc", "TruncBackward0", trunc_value, zero_grad, saves=False,
                  samples=lambda rng: (unary_samples("trunc", between_steps)(rng)
                                       + unary_samples("fix", between_steps, lambda tj, x: x.fix(), [(4,)])(rng)))
-ROUND = _special("round", "RoundBackward0", round_value, zero_grad, saves=False,
+ROUND = _elementary("round", "RoundBackward0", round_value, zero_grad, saves=False,
                  samples=unary_samples("round", between_steps))
-ROUND_DECIMALS = _special("round_decimals", "RoundBackward1", round_decimals_value, zero_grad, nconst=2,
+ROUND_DECIMALS = _elementary("round_decimals", "RoundBackward1", round_decimals_value, zero_grad, nconst=2,
                           saves=False,
                           samples=cases(("round_decimals", lambda tj, x: tj.round(x * 10.0, decimals=1),
                                          [(4,)], lambda rng, s: between_steps(rng, s) / 10.0),
                                         ("round_decimals_neg", lambda tj, x: x.round(decimals=-1),
                                          [(2, 3)], lambda rng, s: between_steps(rng, s) * 10.0)))
-FRAC = _special("frac", "FracBackward0", frac_value, frac_grad, saves=False,
+FRAC = _elementary("frac", "FracBackward0", frac_value, frac_grad, saves=False,
                 samples=unary_samples("frac", between_steps))
 
 
@@ -618,7 +515,7 @@ def sinc_grad(x, y, g, c0, c1):
     return g * (np.cos(t) * t - np.sin(t)) / (t * x)
 
 
-SINC = _special("sinc", "SincBackward0", sinc_value, sinc_grad, samples=unary_samples("sinc", anywhere))
+SINC = _elementary("sinc", "SincBackward0", sinc_value, sinc_grad, samples=unary_samples("sinc", anywhere))
 
 
 @rule
@@ -641,9 +538,9 @@ def rad2deg_grad(x, y, g, c0, c1):
     return g * 57.29577951308232
 
 
-DEG2RAD = _special("deg2rad", "Deg2RadBackward0", deg2rad_value, deg2rad_grad, saves=False,
+DEG2RAD = _elementary("deg2rad", "Deg2RadBackward0", deg2rad_value, deg2rad_grad, saves=False,
                    samples=unary_samples("deg2rad", anywhere))
-RAD2DEG = _special("rad2deg", "Rad2DegBackward0", rad2deg_value, rad2deg_grad, saves=False,
+RAD2DEG = _elementary("rad2deg", "Rad2DegBackward0", rad2deg_value, rad2deg_grad, saves=False,
                    samples=unary_samples("rad2deg", anywhere))
 
 
@@ -747,7 +644,7 @@ def atan2_grad_y(x, y, z, g):
     return g * -x / d
 
 
-ATAN2 = define_binary("atan2", "Atan2Backward0", atan2_value, atan2_grad_x, atan2_grad_y, group="special",
+ATAN2 = define_binary("atan2", "Atan2Backward0", atan2_value, atan2_grad_x, atan2_grad_y, group="elementary",
                       samples=binary_samples("atan2", away_from_zero))
 
 
@@ -766,7 +663,7 @@ def hypot_grad_y(x, y, z, g):
     return g * y / z
 
 
-HYPOT = define_binary("hypot", "HypotBackward0", hypot_value, hypot_grad_x, hypot_grad_y, group="special",
+HYPOT = define_binary("hypot", "HypotBackward0", hypot_value, hypot_grad_x, hypot_grad_y, group="elementary",
                       samples=binary_samples("hypot", away_from_zero))
 
 
@@ -789,7 +686,7 @@ def logaddexp_grad_y(x, y, z, g):
 
 
 LOGADDEXP = define_binary("logaddexp", "LogaddexpBackward0", logaddexp_value, logaddexp_grad_x,
-                          logaddexp_grad_y, group="special", samples=binary_samples("logaddexp", anywhere))
+                          logaddexp_grad_y, group="elementary", samples=binary_samples("logaddexp", anywhere))
 
 
 @rule
@@ -811,7 +708,7 @@ def logaddexp2_grad_y(x, y, z, g):
 
 
 LOGADDEXP2 = define_binary("logaddexp2", "Logaddexp2Backward0", logaddexp2_value, logaddexp2_grad_x,
-                           logaddexp2_grad_y, group="special", samples=binary_samples("logaddexp2", anywhere))
+                           logaddexp2_grad_y, group="elementary", samples=binary_samples("logaddexp2", anywhere))
 
 
 @rule
@@ -923,9 +820,9 @@ def fmin_grad_y(x, y, z, g):
     return g
 
 
-FMAX = define_binary("fmax", "FmaxBackward0", fmax_value, fmax_grad_x, fmax_grad_y, group="special",
+FMAX = define_binary("fmax", "FmaxBackward0", fmax_value, fmax_grad_x, fmax_grad_y, group="elementary",
                      samples=binary_samples("fmax", away_from_zero))
-FMIN = define_binary("fmin", "FminBackward0", fmin_value, fmin_grad_x, fmin_grad_y, group="special",
+FMIN = define_binary("fmin", "FminBackward0", fmin_value, fmin_grad_x, fmin_grad_y, group="elementary",
                      samples=binary_samples("fmin", away_from_zero))
 
 
@@ -957,8 +854,7 @@ def _elementwise(op, name):
 
 
 # (public names, op, torch also has the function form of the in-place method)
-for _names, _op, _fn_inplace in [(("lgamma",), LGAMMA, False), (("digamma",), DIGAMMA, False),
-                                 (("erfc",), ERFC, True), (("erfinv",), ERFINV, False),
+for _names, _op, _fn_inplace in [(("erfc",), ERFC, True), (("erfinv",), ERFINV, False),
                                  (("asin", "arcsin"), ASIN, True), (("acos", "arccos"), ACOS, True),
                                  (("atan", "arctan"), ATAN, True), (("asinh", "arcsinh"), ASINH, True),
                                  (("acosh", "arccosh"), ACOSH, True), (("atanh", "arctanh"), ATANH, True),
@@ -1028,13 +924,37 @@ def _order(n, fn):
     return int(n)
 
 
+def _gamma_record(op, x, order):
+    x = float_input(x)
+    if not on_tape(x):
+        return eager(_gamma_record, op, x, order)
+    tape = _state.tape or _current()
+    p = tape.add_ints((x._numel,))
+    q = tape.add_floats(order)
+    return record(op, (x,), x._shape, x._dtype, p, q)
+
+
+@export(method=True)
+def lgamma(input):
+    """``log |Gamma(x)|``; inf at the non-positive integers (grad_fn LgammaBackward0)."""
+    return _gamma_record(LGAMMA, input, -1.0)
+
+
+@export(method=True)
+def digamma(input):
+    """``d/dx log Gamma(x)``; NaN at the negative integers, -inf/inf at +0/-0 (DigammaBackward0)."""
+    return _gamma_record(DIGAMMA, input, -2.0)
+
+
+_in_place("lgamma_", lgamma)
+_in_place("digamma_", digamma)
+
+
 @export
 def polygamma(n, input):
     """The ``n``-th derivative of digamma; ``polygamma(0, x)`` is ``digamma(x)``."""
     n = _order(n, "polygamma")
-    if n == 0:
-        return record_unary(POLYGAMMA0, input)
-    return record_unary(POLYGAMMA, input, float(n))
+    return _gamma_record(POLYGAMMA, input, -2.0 if n == 0 else float(n))
 
 
 def _polygamma_method(input, n):
