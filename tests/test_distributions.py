@@ -433,3 +433,21 @@ def test_has_rsample_flags_and_rsample_refusals():
     assert not D.Bernoulli.has_rsample and not D.Categorical.has_rsample and not D.Poisson.has_rsample
     with pytest.raises(NotImplementedError):
         D.Bernoulli(tj.tensor([0.5])).rsample()
+
+
+def test_tj_compile_refuses_validation_and_replays_without_it():
+    y = tj.tensor([0.3, 0.5])
+
+    @tj.compile
+    def validated(mu):
+        return D.Normal(mu, 1.0).log_prob(y).sum()
+    with pytest.raises(tj.CompileError, match="validate_args=False"):
+        validated(tj.tensor([0.1, 0.2], requires_grad=True))
+
+    @tj.compile
+    def unvalidated(mu):
+        return D.Normal(mu, 1.0, validate_args=False).log_prob(y).sum()
+    for shift in (0.0, 1.0):
+        mu = tj.tensor([0.1 + shift, 0.2], requires_grad=True)
+        unvalidated(mu).backward()
+        np.testing.assert_allclose(mu.grad.numpy(), y.numpy() - mu.detach().numpy(), rtol=1e-6)

@@ -92,6 +92,18 @@ def generator():
     return _tj().creation.rng()
 
 
+def _all_valid(check, what):
+    """``bool(check().all())``; inside ``tj.compile`` a replay could not repeat the check, so
+    the trace is refused with a hint to turn validation off."""
+    from tapejit.tape import state
+    if state.trace is not None:
+        from tapejit.replay.trace import refuse
+        refuse(f"validating {what} reads a traced tensor's value into Python",
+               "a replay could not repeat the check. Pass validate_args=False to the distribution (or "
+               "call tj.distributions.Distribution.set_default_validate_args(False)).")
+    return bool(check().all())
+
+
 class Distribution:
     has_rsample = False
     has_enumerate_support = False
@@ -122,8 +134,8 @@ class Distribution:
                 if param not in self.__dict__ and isinstance(getattr(type(self), param), lazy_property):
                     continue
                 value = getattr(self, param)
-                valid = constraint.check(value)
-                if not bool(valid.all()):
+                what = f"the parameter {param} of {type(self).__name__}"
+                if not _all_valid(lambda: constraint.check(value), what):
                     raise ValueError(
                         f"Expected parameter {param} ({type(value).__name__} of shape {tuple(value.shape)}) "
                         f"of distribution {repr(self)} to satisfy the constraint {repr(constraint)}, "
@@ -239,8 +251,7 @@ class Distribution:
             warnings.warn(f"{self.__class__} does not define `support` to enable sample validation. Please "
                           f"initialize the distribution with `validate_args=False` to turn off validation.")
             return
-        valid = support.check(value)
-        if not bool(valid.all()):
+        if not _all_valid(lambda: support.check(value), f"a value of {type(self).__name__}"):
             raise ValueError(
                 f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be within "
                 f"the support ({repr(support)}) of the distribution {repr(self)}, but found invalid "

@@ -1,5 +1,5 @@
 from tapejit.distributions import constraints
-from tapejit.distributions.distribution import Distribution, _tj, broadcast_all, uniform
+from tapejit.distributions.distribution import Distribution, _all_valid, _tj, broadcast_all, uniform
 
 __all__ = ["Uniform"]
 
@@ -13,7 +13,7 @@ class Uniform(Distribution):
     def __init__(self, low, high, validate_args=None):
         self.low, self.high = broadcast_all(low, high)
         super().__init__(self.low.size(), validate_args=validate_args)
-        if self._validate_args and not bool((self.low < self.high).all()):
+        if self._validate_args and not _all_valid(lambda: self.low < self.high, "the bounds of Uniform"):
             raise ValueError("Uniform is not defined when low>= high")
 
     @property
