@@ -63,8 +63,8 @@ def cholesky_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         return
     batch = ints[p]
     n = ints[p + 1]
-    phi = np.empty((n, n))
-    y = np.empty((n, n))
+    phi = np.empty((n, n), np.float64)
+    y = np.empty((n, n), np.float64)
     for k in range(batch):
         L = out + k * n * n
         # Phi = symmetrised tril(L^T tril(gL)), its diagonal halved
@@ -128,7 +128,7 @@ def solve_triangular_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats
     batch = ints[p]
     n = ints[p + 1]
     kk = ints[p + 2]
-    gb = np.empty((n, kk))
+    gb = np.empty((n, kk), np.float64)
     for t in range(batch):
         L = a + t * n * n
         B = b + t * n * kk

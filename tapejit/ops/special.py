@@ -585,10 +585,13 @@ def nan_to_num_forward(v, out, a, b, p, q, ints, floats):
     nan = floats[q]
     posinf = floats[q + 1]
     neginf = floats[q + 2]
+    # the dtype's limits by its size: np.finfo would make loading the cached sweep import
+    # Numba's array maths (its result type lives there), which start-up avoids
+    big = 3.4028234663852886e38 if v.itemsize == 4 else 1.7976931348623157e308
     if ints[p + 1] & 1:
-        posinf = np.finfo(v.dtype).max
+        posinf = big
     if ints[p + 1] & 2:
-        neginf = np.finfo(v.dtype).min
+        neginf = -big
     for i in range(n):
         x = v[a + i]
         if np.isnan(x):
