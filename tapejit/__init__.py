@@ -45,3 +45,6 @@ def is_floating_point(input):
 
 
 del _dtypes
+from tapejit import special  # noqa: E402,F401
+from tapejit import linalg  # noqa: E402,F401
+from tapejit import distributions  # noqa: E402,F401

@@ -59,10 +59,11 @@ BY_NAME: dict = {}
 
 # "sum" (sum and mean: every loss) is apart from "reduce" (max, prod, norm, logsumexp, ...)
 # so that a typical program's first gradient does not compile the rarer reductions.
-GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "conv", "norm", "rnn")
+GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "special", "elementary", "conv",
+          "norm", "rnn")
 _MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
-                 "linalg": "linalg", "activation": "activation", "unary": "math", "conv": "conv", "pool": "conv",
-                 "norm": "norm", "rnn": "rnn"}
+                 "linalg": "linalg", "activation": "activation", "unary": "math", "special": "special",
+                 "conv": "conv", "pool": "conv", "norm": "norm", "rnn": "rnn"}
 
 
 def _register(op):

@@ -12,3 +12,4 @@ from tapejit.ops import (  # noqa: F401
     norm,
     rnn,
 )
+from tapejit.ops import special, linalg_small  # noqa: F401,E402
