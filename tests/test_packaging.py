@@ -78,8 +78,11 @@ def run(args, cache=None, input=None, check=True, **env_changes):
             env.pop(name, None)
         env["TAPEJIT_CACHE_DIR"] = str(cache)
     env.update({name: str(value) for name, value in env_changes.items()})
+    # Not from the project's folder, whose tapejit would come first on the path: the child
+    # imports tapejit as this process does (an install, or PYTHONPATH), so it has the same
+    # default cache folder (one per installation).
     out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, input=input,
-                         timeout=1800, cwd=ROOT)
+                         timeout=1800, cwd=ROOT / "tests")
     if check:
         assert out.returncode == 0, out.stdout + out.stderr
     return out
@@ -329,11 +332,11 @@ def test_a_compile_logs_why_it_waits_and_a_cached_load_does_not(tmp_path, monkey
 def test_a_first_gradient_logs_its_compile_with_groups_dtype_and_time(tmp_path):
     first = run(["-c", LOGGED], cache=tmp_path / "cache")
     assert "grad [2.0, 4.0]" in first.stdout
-    for entry in ("forward", "backward"):
-        assert (f"tapejit INFO compiling the sweeps' {entry} for op groups arith, sum (float64): not in the "
+    for entry in ("forward", "backward"):      # float32: the default dtype, as torch's
+        assert (f"tapejit INFO compiling the sweeps' {entry} for op groups arith, sum (float32): not in the "
                 "compiled-code cache yet (first use on this install, or tapejit changed); cached afterwards"
                 in first.stderr), first.stderr
-        assert re.search(rf"tapejit INFO compiled the sweeps' {entry} for op groups arith, sum \(float64\) "
+        assert re.search(rf"tapejit INFO compiled the sweeps' {entry} for op groups arith, sum \(float32\) "
                          r"in \d+\.\d s", first.stderr), first.stderr
     second = run(["-c", LOGGED], cache=tmp_path / "cache")
     assert "grad [2.0, 4.0]" in second.stdout and "tapejit INFO" not in second.stderr
@@ -458,7 +461,6 @@ def plugin_run(pytester, monkeypatch):
     (pytester gives it a HOME of its own, where the default cache would be empty)."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", _numba_load.cache_dir())
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
     def run_plugin(*args):
         return pytester.runpytest_subprocess("-p", "pytest_tapejit", "-p", "no:cacheprovider", *args)
