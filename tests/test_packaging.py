@@ -11,12 +11,10 @@ import logging
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -32,7 +30,13 @@ from tapejit import _cli, _jit, _numba_load, precompile, registry
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pyproject():
+    tomllib = pytest.importorskip("tomllib")     # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX folder modes")
 COMPILING = "compiling "
 
@@ -95,8 +99,9 @@ def tapejit_cli(*args, **kw):
 # ---- one version, the license, the Numba range --------------------------------------------
 
 def test_the_version_is_written_once():
-    assert "version" not in PYPROJECT["project"] and "version" in PYPROJECT["project"]["dynamic"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tapejit._version.__version__"}
+    toml = pyproject()
+    assert "version" not in toml["project"] and "version" in toml["project"]["dynamic"]
+    assert toml["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tapejit._version.__version__"}
     # a plain literal: setuptools reads it without importing tapejit (and Numba) at build time
     tree = ast.parse((ROOT / "tapejit" / "_version.py").read_text())
     assigned = [node for node in tree.body if isinstance(node, ast.Assign)]
@@ -106,22 +111,27 @@ def test_the_version_is_written_once():
 
 
 def test_the_license_is_mit_as_pyproject_says():
+    toml = pyproject()
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "Copyright (c) tapejit developers" in text
-    assert PYPROJECT["project"]["license"] == "MIT" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
+    assert toml["project"]["license"] == "MIT" and toml["project"]["license-files"] == ["LICENSE"]
 
 
 def test_the_numba_range_is_the_one_tested_and_installed():
+    toml = pyproject()
     from packaging.requirements import Requirement
-    (numba_req,) = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] if r.startswith("numba")]
+    (numba_req,) = [Requirement(r) for r in toml["project"]["dependencies"] if r.startswith("numba")]
     assert numba_req.specifier == Requirement(_numba_load.TESTED_NUMBA).specifier   # what warnings name
     assert numba_req.specifier.contains(numba.__version__), numba.__version__
-    assert any(r.startswith("threadpoolctl") for r in PYPROJECT["project"]["dependencies"])
+    assert any(r.startswith("threadpoolctl") for r in toml["project"]["dependencies"])
 
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_license_the_plugin_and_the_version(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+    source = tmp_path / "source"        # setuptools writes build/ and *.egg-info beside the sources
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "build", "dist",
+                                                                 "*.egg-info", ".pytest_cache", ".benchmarks"))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     (wheel,) = tmp_path.glob("tapejit-*.whl")
@@ -262,12 +272,6 @@ def test_set_num_threads_costs_little():
     finally:
         tj.set_num_threads(before)
     assert per_call < 1e-3, f"{per_call * 1e6:.0f} us per call"
-
-
-def test_set_num_threads_checks_its_argument():
-    for bad in (0, -1, 1.5, True, "2"):
-        with pytest.raises(RuntimeError, match="set_num_threads expects a positive integer"):
-            tj.set_num_threads(bad)
 
 
 # ---- a read-only install -------------------------------------------------------------------
@@ -528,6 +532,7 @@ def test_the_plugin_does_not_import_tapejit_for_tests_that_do_not_ask(plugin_run
 
 
 def test_the_plugin_is_an_entry_point_outside_the_package():
-    assert PYPROJECT["project"]["entry-points"]["pytest11"] == {"tapejit": "pytest_tapejit"}
-    assert "pytest_tapejit" in PYPROJECT["tool"]["setuptools"]["py-modules"]
+    toml = pyproject()
+    assert toml["project"]["entry-points"]["pytest11"] == {"tapejit": "pytest_tapejit"}
+    assert "pytest_tapejit" in toml["tool"]["setuptools"]["py-modules"]
     assert (ROOT / "pytest_tapejit.py").exists()
