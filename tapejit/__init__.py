@@ -27,7 +27,7 @@ from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  
 from tapejit.serialization import save, load  # noqa: E402,F401
 from tapejit import utils  # noqa: E402,F401
 
-__version__ = "0.1.0"
+from tapejit._version import __version__  # noqa: E402,F401
 
 
 def is_tensor(obj):
