@@ -200,11 +200,22 @@ def _run(seeds, retain, targets, accumulate):
             target_ids.setdefault(id(t), []).append(i)
     found = [None] * (len(targets) if targets is not None else 0)
     work = {}
+    swept = {}    # id -> tape (held, so that no new tape takes a swept one's id)
 
     def seed(tensor, g):
         if tensor._tape is None:        # a leaf as root: its gradient is the seed itself
             _deliver_leaf(tensor, g.reshape(tensor._shape), target_ids, found, accumulate)
             return
+        if id(tensor._tape) in swept:
+            # Tapes are swept newest first, and a tape reads only tensors of older ones; a
+            # tensor changed in place is re-recorded on the tape of the change, so an older
+            # tape that read it before may point at a tape already swept.  Sweeping it
+            # again would loop (or count its gradient twice): refuse.
+            raise RuntimeError(
+                f"tapejit: backward reached a tensor of shape {list(tensor._shape)} through an op "
+                "recorded before that tensor was changed in place (after a backward or a new "
+                "graph began); its gradient cannot be followed to the value the op read.  "
+                "Clone the tensor before changing it in place.")
         w = work.get(id(tensor._tape))
         if w is None:
             w = work[id(tensor._tape)] = _Work(tensor._tape)
@@ -217,6 +228,7 @@ def _run(seeds, retain, targets, accumulate):
     while work:
         w = max(work.values(), key=lambda item: item.tape.serial)
         del work[id(w.tape)]
+        swept[id(w.tape)] = w.tape
         touched_current |= w.tape is current
         _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed)
     if touched_current:

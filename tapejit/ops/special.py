@@ -24,6 +24,7 @@ special functions (with tapejit/ops/linalg_small.py) form the "special" op group
 elementary functions and rounding the "elementary" group: a program compiles each only
 when its tape uses one of its ops (cold, each adds about as much as the "math" group).
 """
+import inspect
 import math
 
 import numpy as np
@@ -844,6 +845,8 @@ def _in_place(name, fn, function=False):
         return apply_inplace(input, lambda: fn(input, *args, **kwargs), name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``{fn.__name__}`` in place."
+    # the front end (api.install) checks the parameters of this signature, and names them
+    method.__signature__ = inspect.signature(fn)
     export(method, method=True, function=function)
     return method
 
