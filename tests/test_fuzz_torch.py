@@ -16,7 +16,7 @@ programs it ran; together they run at least 2,000 (the target of issue 14).
 
 Known mismatches are kept out of the programs by ``fuzz_programs.KNOWN_BUGS`` (each
 entry names its bug and a repro); remove an entry once its fix is merged.  To try a fix
-first, ``TAPEJIT_FUZZ_UNEXCLUDE=prod_shared_adjoint,sign_nan`` (or ``all``) makes those
+first, ``TAPEJIT_FUZZ_UNEXCLUDE=reduce_empty,split_empty`` (or ``all``) makes those
 programs again without editing the set.
 """
 import os
