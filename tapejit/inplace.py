@@ -433,7 +433,7 @@ def _through_view(t, view, compute, op):
     if base._tape is None and base._rg and state.grad:
         raise RuntimeError(LEAF_VIEW_ERROR)
     # Only a zero stride (expand) makes two elements of a view one element of its base.
-    if type(where) is not int and any(st == 0 and sz > 1 for sz, st in zip(where[0], where[1])):
+    if type(where) is not int and all(where[0]) and any(st == 0 and sz > 1 for sz, st in zip(where[0], where[1])):
         raise RuntimeError(
             f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
             f"a single memory location (a view of shape {list(t._shape)} of a tensor of shape "
@@ -464,6 +464,9 @@ def _rebind(t, other):
 def _apply(t, compute, op):
     from tapejit.recording import cast
     check_leaf(t, op)
+    if t._tape is None and 0 in t._data.strides:   # an expanded view of a tensor with no history
+        from tapejit.ops.movement import _refuse_overlap
+        _refuse_overlap(op, t._data)
     tape = recording_tape()
     before = tape.n if tape is not None else 0   # records from here on are this op's own
     result = compute()

@@ -390,13 +390,52 @@ def _rows(x):
     return out
 
 
+def _memory_view(arr, sizes, strides, start):
+    """The NumPy view of ``arr`` whose element ``(i0, i1, ...)`` is ``arr``'s element at
+    flat position ``start + i0 * strides[0] + ...`` of its logical (C) order, sharing
+    ``arr``'s memory whatever its own strides; None if no strided view of ``arr`` holds
+    exactly those elements.  Each view dim must step within one dim of ``arr`` (all the
+    views made here do: permutes, expands, basic indexing), and no dim of ``arr`` may be
+    stepped past its end, so the flat positions map linearly to memory."""
+    if not all(sizes):
+        return np.zeros(sizes, arr.dtype)
+    shape = arr.shape
+    logical = contiguous_strides(shape)
+    first = np.unravel_index(start, shape) if shape else ()
+    low, high = list(first), list(first)
+    mem = []
+    for size, stride in zip(sizes, strides):
+        if size == 1 or stride == 0:
+            mem.append(0)
+            continue
+        step = abs(stride)
+        # the outermost dim whose logical stride divides ``step`` within its extent
+        for d in range(len(shape)):
+            if shape[d] > 1 and step % logical[d] == 0 and step // logical[d] < shape[d]:
+                break
+        else:
+            return None
+        k = step // logical[d]
+        if stride > 0:
+            high[d] += k * (size - 1)
+        else:
+            low[d] -= k * (size - 1)
+        mem.append((k if stride > 0 else -k) * arr.strides[d])
+    if any(lo < 0 or hi >= n for lo, hi, n in zip(low, high, shape)):
+        return None
+    corner = arr[tuple(slice(i, i + 1) for i in first)] if shape else arr
+    return np.lib.stride_tricks.as_strided(corner, shape=sizes, strides=mem)
+
+
 def strided_view(op, x, sizes, strides, start):
     """Materialise the view of ``x`` given by element ``sizes``/``strides``/``start``."""
     if _plain(x):
-        arr = np.lib.stride_tricks.as_strided(
-            x._data.reshape(-1)[start:], shape=sizes,
-            strides=[s * x._dtype.itemsize for s in strides]) if x._numel else np.zeros(sizes, x._dtype.np)
-        return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
+        arr = _memory_view(x._data, sizes, strides, start)
+        if arr is None:   # not a strided view of x's memory: a copy with the right values
+            flat = np.ascontiguousarray(x._data).reshape(-1)
+            arr = np.lib.stride_tricks.as_strided(
+                flat[start:], shape=sizes, strides=[s * flat.itemsize for s in strides]).copy()
+        return _concrete(arr)
     if not sizes:
         return _copy_range(op, x, start, 1, ())
     where = (tuple(sizes), tuple(strides), start)
@@ -601,8 +640,14 @@ def repeat(input, *sizes):
     # (s0, s1) -> (1, s0, 1, s1) -> expanded to (r0, s0, r1, s1) -> (r0*s0, r1*s1)
     spaced = tuple(v for s in shape for v in (1, s))
     expanded = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
-    return _reshaped(_expand(_reshaped(input, spaced), expanded),
-                     tuple(r * s for r, s in zip(sizes, shape)))
+    if _plain(input):
+        return _concrete(np.tile(input._data, sizes))
+    out = _reshaped(_expand(_reshaped(input, spaced), expanded),
+                    tuple(r * s for r, s in zip(sizes, shape)))
+    if out is input:
+        return clone(input)
+    out._view = None   # a copy (torch's repeat), not a view of its input
+    return out
 
 
 # ---- indexing --------------------------------------------------------------------------
@@ -630,14 +675,80 @@ def _is_int(k):
 
 
 def _torch_index(array, key):
-    """``array[key]`` with torch's rule where it differs from NumPy's: integers mixed with
-    index arrays select first, like basic indexing, and the arrays index what is left."""
-    if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
-                                                or isinstance(k, slice) for k in key):
-        first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
-        rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
-        return array[first][rest]
-    return array[key]
+    """``array[key]`` with torch's rule for advanced indices, which differs from NumPy's:
+    integers select first, as basic indexing does, and do not count as advanced indices;
+    the index arrays (a boolean mask counting as one array per dim it covers) then index
+    what is left, their result dims in place if nothing stands between them (a ``...``
+    standing for no dim does not) and first otherwise; a ``None`` between them separates
+    them, as the size-1 dim it makes does."""
+    if _is_basic(key):
+        return array[key]
+    covered = sum(np.ndim(k) if _is_mask(k) else 0 if k is None or k is Ellipsis else 1 for k in key)
+    if covered > array.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {array.ndim}")
+    first = []   # basic indexing: the integers, slices, None and ``...``
+    rest = []    # then the arrays, over the dims that basic indexing leaves
+    for k in key:
+        if k is Ellipsis:
+            first.append(k)
+            rest += [slice(None)] * (array.ndim - covered)
+        elif k is None or isinstance(k, slice):
+            first.append(k)
+            rest.append(slice(None))
+        elif _is_int(k):
+            first.append(k)
+        else:
+            first += [slice(None)] * (np.ndim(k) if _is_mask(k) else 1)
+            rest.append(k)
+    part = array[tuple(first)]
+    d = 0
+    for k in rest:
+        n = np.ndim(k) if _is_mask(k) else 1
+        if n and _is_mask(k) and np.shape(k) != part.shape[d:d + n]:
+            raise IndexError(f"The shape of the mask {list(np.shape(k))} at index {d} does not match the "
+                             f"shape of the indexed tensor {list(part.shape[d:d + n])} at index {d}")
+        d += n
+    try:
+        return part[tuple(rest)]
+    except IndexError:
+        shape = _advanced_shape(part.shape, rest)
+        if shape is None or _numel(shape):
+            raise
+        return np.zeros(shape, array.dtype)   # torch checks no index when nothing is selected
+
+
+def _advanced_shape(shape, key):
+    """The shape of ``array[key]`` for an array of ``shape`` and a key of full slices and
+    index arrays (NumPy's placement), without reading the indices; None if the arrays do
+    not broadcast."""
+    sizes = [(int(np.count_nonzero(k)),) if _is_mask(k) else np.shape(k) for k in key
+             if not isinstance(k, slice)]
+    try:
+        joined = np.broadcast_shapes(*sizes)
+    except ValueError:
+        return None
+    at = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    out, d = [], 0
+    for i, k in enumerate(key):
+        if isinstance(k, slice):
+            out.append(shape[d])
+            d += 1
+        elif _is_mask(k):
+            if np.shape(k) != tuple(shape[d:d + np.ndim(k)]):
+                return None
+            d += np.ndim(k)
+        else:
+            if shape[d] == 0 and np.size(k):   # torch checks indices into an empty dim
+                return None
+            d += 1
+    if at[-1] - at[0] + 1 == len(at):   # adjacent: the arrays' dims stand where they are
+        slices_before = at[0]
+        return tuple(out[:slices_before]) + joined + tuple(out[slices_before:])
+    return joined + tuple(out)
+
+
+def _is_mask(k):
+    return isinstance(k, (bool, np.bool_)) or isinstance(k, np.ndarray) and k.dtype == np.bool_
 
 
 def _index_positions(shape, key):
@@ -657,7 +768,9 @@ def _norm_key(key):
             v = k._value()
             k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
         elif isinstance(k, list):
-            k = np.asarray(k._value() if isinstance(k, Tensor) else [e._value() if isinstance(e, Tensor) else e for e in k])
+            k = np.asarray([e._value() if isinstance(e, Tensor) else e for e in k])
+            if k.size == 0:   # torch reads an empty list as an empty integer index
+                k = k.astype(np.int64)
         out.append(k)
     return tuple(out)
 
@@ -757,26 +870,68 @@ def setitem(input, key, value):
     from tapejit.inplace import check_leaf, note_leaf_write
     check_leaf(input, "setitem")
     key = _norm_key(key)
-    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
+    basic = _is_basic(key)
+    if not basic and isinstance(value, Tensor) and value._dtype is not input._dtype and not (
+            len(key) == 1 and _is_mask(key[0]) and not value._shape):   # (torch's masked_fill)
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got "
+            f"{_TORCH_NAMES[input._dtype.name]} for the destination and "
+            f"{_TORCH_NAMES[value._dtype.name]} for the source.")
+    if basic and _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
+        target = input._data[key if Ellipsis in key else key + (Ellipsis,)]
+        if target.ndim and 0 in target.strides:
+            _refuse_overlap("setitem", target)
+        v = _setitem_value(value, target.shape, True)
         note_leaf_write(input)
-        input._data[key] = v
+        target[...] = v
         return
-    assign_positions(input, _index_positions(input._shape, key), value)
+    assign_positions(input, _index_positions(input._shape, key), value, basic)
 
 
-def assign_positions(input, pos, value):
+def _refuse_overlap(op, arr):
+    if arr.size and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides)):
+        raise RuntimeError(
+            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
+            f"a single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _setitem_value(value, shape, basic):
+    """``value`` (its array) as written into ``shape`` by setitem, with torch's rule and
+    errors: leading size-1 dims of the value are dropped, the rest broadcasts."""
+    v = value._value() if isinstance(value, Tensor) else value
+    vshape = np.shape(v)
+    while len(vshape) > len(shape) and vshape[0] == 1:
+        vshape = vshape[1:]
+    try:
+        return np.broadcast_to(np.reshape(v, vshape), shape)
+    except ValueError:
+        pass
+    if basic:
+        d = next(i for i in range(1, len(vshape) + 1)
+                 if len(shape) < i or vshape[-i] not in (1, shape[-i]))
+        raise RuntimeError(
+            f"The expanded size of the tensor ({shape[-d] if d <= len(shape) else -1}) must match "
+            f"the existing size ({vshape[-d]}) at non-singleton dimension {len(shape) - d}.  Target "
+            f"sizes: {list(shape)}.  Tensor sizes: {list(vshape)}")
+    raise RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be broadcast to "
+                       f"indexing result of shape {list(shape)}")
+
+
+def assign_positions(input, pos, value, basic=True):
     """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
     in the shape ``value`` is broadcast to)."""
     from tapejit.inplace import apply_inplace, note_leaf_write
     if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
+        v = _setitem_value(value, pos.shape, basic)
         note_leaf_write(input)
-        input._data.flat[pos.reshape(-1)] = np.broadcast_to(v, pos.shape).reshape(-1)
+        input._data.flat[pos.reshape(-1)] = v.reshape(-1)
         return
     value = as_tensor_operand(value, input)
     if value._dtype is not input._dtype:
         value = _cast(value, input._dtype)
+    _setitem_value(np.broadcast_to(np.False_, value._shape), pos.shape, basic)   # torch's errors
+    while len(value._shape) > len(pos.shape) and value._shape[0] == 1:
+        value = _reshaped(value, value._shape[1:])
     vals = _expand(value, pos.shape) if value._shape != pos.shape else value
     source = np.zeros(max(input._numel, 1), np.int64)
     mask = np.zeros(input._numel, bool)
