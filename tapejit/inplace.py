@@ -406,49 +406,202 @@ def check_leaf(t, op):
         raise RuntimeError(LEAF_ERROR)
 
 
-def apply_inplace(t, compute, op="in-place op"):
+def apply_inplace(t, compute, op="in-place op", writing=None):
     """Make ``t`` hold ``compute()`` (its new value), with PyTorch's in-place semantics.
 
     ``compute`` records the out-of-place result; records it adds are the in-place op's
-    own, so only earlier records that saved ``t``'s old value are marked."""
+    own, so only earlier records that saved ``t``'s old value are marked.  ``writing``:
+    the view whose in-place op this write of its base is (it already holds its value)."""
     view = getattr(t, "_view", None)
     if view is not None:
         return _through_view(t, view, compute, op)
-    return _apply(t, compute, op)
+    _apply(t, compute, op)
+    if _views_of:
+        refresh_views(t, writing)
+    return t
+
+
+# ---- views: one storage in torch, copies here ---------------------------------------------
+#
+# A view of a recorded tensor is a record of its own (a copy), and a view of a tensor with
+# no history a NumPy view; both carry ``_view = (base, where, stamp)`` (tapejit/ops/
+# movement.py ``_viewed``) and are registered with the root of their chain of bases.  An
+# in-place op on a view writes its elements into the root (torch's ``CopySlices``); after
+# any in-place change of a root its recorded views take their elements again, so a view
+# read later holds the new values as torch's does, and records that saved a view's old
+# value are marked as for any in-place change.
+
+#: id(root) -> {id(view): weak reference} for the live views of that root
+_views_of = {}
+
+
+class _ViewRef(weakref.ref):
+    __slots__ = ("root", "key")
+
+
+def _view_gone(ref):
+    refs = _views_of.get(ref.root)
+    if refs is not None:
+        refs.pop(ref.key, None)
+        if not refs:
+            del _views_of[ref.root]
+
+
+def _root(x):
+    view = getattr(x, "_view", None)
+    while type(view) is tuple:
+        x = view[0]
+        view = getattr(x, "_view", None)
+    return x
+
+
+def shares_root_memory(t):
+    """Whether ``t``, with no history, is a NumPy view of its root's memory (writing it
+    writes the root)."""
+    root = _root(t)
+    return root._tape is None and np.may_share_memory(t._data, root._data)
+
+
+def register_view(t, base):
+    """``t`` (its ``_view`` set) is a view of ``base``: follow in-place changes of the root."""
+    key = id(_root(base))
+    ref = _ViewRef(t, _view_gone)
+    ref.root = key
+    ref.key = id(t)
+    refs = _views_of.get(key)
+    if refs is None:
+        _views_of[key] = {id(t): ref}
+    else:
+        refs[id(t)] = ref
+
+
+def _depth(v):
+    n = 0
+    view = v._view
+    while type(view) is tuple:
+        n += 1
+        view = getattr(view[0], "_view", None)
+    return n
+
+
+def _stale(v):
+    base, _, (tape, off, _) = v._view
+    return tape is not base._tape or off != base._off
+
+
+def _take_again(v):
+    """View ``v`` takes its elements of its base again: its old value is gone, as in
+    torch, where the base's in-place change bumps the version counter they share."""
+    from tapejit.ops.movement import view_again
+    base, where, _ = v._view
+    new = view_again(base, where, v._shape)
+    old = getattr(v, "_version", 0)
+    if v._tape is not None:
+        poison(v._tape, v._dtype.arena, v._off, v, old)
+    elif _shared or _views_of:
+        note_leaf_write(v)
+    v._version = old + 1
+    _rebind(v, new)
+    v._view = (base, where, (base._tape, base._off, None))
+
+
+def note_write(t, before=None):
+    """``note_leaf_write`` for a tensor with no history that may share its memory with
+    views of one root (NumPy views): torch's views share one version counter, so records
+    that saved any of them are marked."""
+    note_leaf_write(t, before)
+    if _views_of:
+        _note_group_write(t, _root(t), before)
+
+
+def _note_group_write(t, root, before):
+    refs = _views_of.get(id(root))
+    if refs is not None:
+        tape = state.tape
+        for other in [root] + [ref() for ref in list(refs.values())]:
+            if other is None or other is t or other._tape is not None:
+                continue
+            old = getattr(other, "_version", 0)
+            other._version = old + 1
+            if tape is not None:
+                _poison_loads(tape, other, old, before)
+
+
+def refresh_views(root, writing=None):
+    """``root`` changed in place: its views that are copies take their elements again,
+    bases before their views (``writing``, the view the change came through, holds its
+    new value already)."""
+    refs = _views_of.get(id(root))
+    if not refs:
+        return
+    live = [v for v in (ref() for ref in list(refs.values()))
+            if v is not None and type(getattr(v, "_view", None)) is tuple]
+    live.sort(key=_depth)
+    for v in live:
+        if not _stale(v):
+            continue
+        if v is writing:
+            base, where, _ = v._view
+            v._view = (base, where, (base._tape, base._off, None))
+        else:
+            _take_again(v)
+
+
+def _chain(t):
+    """``t`` and its bases up to the root; refuses outputs of unbind (torch's error)."""
+    from tapejit.ops.movement import ONE_OF_SEVERAL
+    chain = [t]
+    view = t._view
+    while view is not None:
+        if view is ONE_OF_SEVERAL:
+            raise RuntimeError(
+                "an output of UnbindBackward0 is a view and is being modified inplace. This view is the "
+                "output of a function that returns multiple views (iterating a tensor, unbind). Such "
+                "functions do not allow the output views to be modified inplace. You should replace the "
+                "inplace operation by an out-of-place one.")
+        chain.append(view[0])
+        view = getattr(view[0], "_view", None)
+    return chain
 
 
 def _through_view(t, view, compute, op):
-    """An in-place op on a view of a recorded tensor: the view's elements of its base are
-    replaced too (PyTorch's ``CopySlices``), as ``base[view] = new value``.  A view is a copy
-    on the tape, so if the base changed since the view was taken, the view is first taken
-    again: the op then sees what PyTorch's view would hold."""
-    from tapejit.ops.movement import ONE_OF_SEVERAL, assign_positions, view_again, view_positions
+    """An in-place op on a view: the view's elements of its root are replaced too (PyTorch's
+    ``CopySlices``), as ``root[positions] = new value``; then the root's other views follow
+    (``refresh_views``)."""
+    from tapejit.ops.movement import ONE_OF_SEVERAL, assign_positions, torch_strides, view_positions
     if view is ONE_OF_SEVERAL:
         raise RuntimeError(
             f"{op}: an output of UnbindBackward0 is a view and is being modified inplace. This view "
             f"is the output of a function that returns multiple views (iterating a tensor, unbind). "
             f"Such functions do not allow the output views to be modified inplace. You should replace "
             f"the inplace operation by an out-of-place one.")
-    base, where, (tape, off, version) = view
-    if base._tape is None and base._rg and state.grad:
+    chain = _chain(t)
+    root = chain[-1]
+    if root._tape is None and root._rg and state.grad:
         raise RuntimeError(LEAF_VIEW_ERROR)
-    # Only a zero stride (expand) makes two elements of a view one element of its base.
-    if type(where) is not int and all(where[0]) and any(st == 0 and sz > 1 for sz, st in zip(where[0], where[1])):
-        raise RuntimeError(
-            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
-            f"a single memory location (a view of shape {list(t._shape)} of a tensor of shape "
-            f"{list(base._shape)}). Please clone() the tensor before performing the operation.")
-    positions = view_positions(base, where, t._shape)
-    if tape is not base._tape or off != base._off or (
-            version is not None and version != getattr(base, "_version", 0)):
-        _rebind(t, view_again(base, where, t._shape))
+    if t._numel:
+        strides = torch_strides(t)
+        if strides is None or any(st == 0 and n > 1 for n, st in zip(t._shape, strides)):
+            raise RuntimeError(
+                f"{op}: unsupported operation: more than one element of the written-to tensor refers "
+                f"to a single memory location (a view of shape {list(t._shape)} of a tensor of shape "
+                f"{list(root._shape)}). Please clone() the tensor before performing the operation.")
+    positions = None
+    for v in reversed(chain[:-1]):   # bases first: a view whose base changed since takes it again
+        if _stale(v):
+            _take_again(v)
+        base, where, _ = v._view
+        local = view_positions(base, where, v._shape)
+        positions = local if positions is None else positions.reshape(-1)[local]
     t._view = None   # the op itself, on the view alone
     try:
         _apply(t, compute, op)
     finally:
         t._view = view
-    assign_positions(base, positions, t)
-    t._view = (base, where, (base._tape, base._off, getattr(base, "_version", 0)))
+    if t._tape is None and shares_root_memory(t):
+        _note_group_write(t, root, None)   # a NumPy view of the root's memory: written already
+        return t
+    assign_positions(root, positions, t, writing=t)
     return t
 
 
@@ -482,7 +635,7 @@ def _apply(t, compute, op):
         result = cast(result, t._dtype)
     if t._tape is None and result._tape is None:
         value = result._value()
-        note_leaf_write(t, before)
+        note_write(t, before)
         np.copyto(t._data, value)
         return t
     if result._tape is None:
@@ -493,7 +646,7 @@ def _apply(t, compute, op):
                    before if t._tape is tape else None)
             t._version = getattr(t, "_version", 0) + 1
         else:
-            note_leaf_write(t, before)
+            note_write(t, before)
         t._tape = None
         t._off = 0
         t._data = np.array(result._value(), dtype=t._dtype.np)
@@ -506,7 +659,7 @@ def _apply(t, compute, op):
         poison(t._tape, t._dtype.arena, t._off, t, old, before if t._tape is tape else None)
         t._version = old + 1
     else:
-        note_leaf_write(t, before)
+        note_write(t, before)
     t._tape = result._tape
     t._off = result._off
     t._rg = result._rg

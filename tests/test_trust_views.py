@@ -168,3 +168,80 @@ def test_index_positions_match_torch_on_random_keys():
         got = np.asarray(_torch_index(grid, key))
         assert got.shape == want.shape and (got == want).all(), (shape, key)
 
+
+# ---- contiguity, view() and the copies torch's reshape makes ------------------------------
+
+@pytest.mark.parametrize("history", [False, True])
+def test_contiguity_view_and_reshape_copies_follow_torch(history):
+    """Random chains of views of a tensor with no history or of a recorded one: torch's
+    ``is_contiguous()``, whether ``view(-1)`` raises, and whether an in-place op on
+    ``reshape(-1)`` / ``contiguous()`` / ``flatten()`` reaches the base."""
+    rng = random.Random(7 + history)
+    ops = ["v.transpose(0, -1)", "v.permute(*reversed(range(v.dim())))", "v[:, 1:]", "v[::2]",
+           "v[..., ::2]", "v[1]", "v[:, 0]", "v.unsqueeze(1)", "v.squeeze()", "v.expand(2, *v.shape)",
+           "v.t() if v.dim() == 2 else v", "v.reshape(-1)", "v[:, None]"]
+    for _ in range(150):
+        chain = [rng.choice(ops) for _ in range(rng.randint(1, 3))]
+        shape = tuple(rng.randint(1, 3) for _ in range(rng.randint(2, 3)))
+        head = (f"a = L.tensor(np.arange({int(np.prod(shape))}.).reshape({shape}), requires_grad={history})\n"
+                f"b = a * 1 if {history} else a\nv = b\n")
+        body = "".join(f"v = {op}\n" for op in chain)
+        for tail in ["out = v.is_contiguous()",
+                     "out = v.view(-1)",
+                     "r = v.reshape(-1); r.mul_(2); out = b.detach()",
+                     "r = v.contiguous(); r.add_(1); out = b.detach()",
+                     "r = v.flatten(); r.sub_(1); out = b.detach()"]:
+            same(head + body + tail)
+
+
+@pytest.mark.parametrize("expr", ["x.permute(0)", "x.t()", "x.T", "x.view(2)", "x.expand(2)",
+                                  "x.expand_as(x)", "x.squeeze()", "x.reshape(2)", "x.transpose(0, 0)",
+                                  "x.unflatten(0, (2,))"])
+def test_identity_views_of_a_leaf_are_new_views(expr):
+    # torch: a new non-leaf view of the leaf; in-place ops on it are refused
+    same(f"x = L.tensor([1., 2.], requires_grad=True); y = {expr}; out = (y is x, y.is_leaf, y.grad_fn is None)")
+    same(f"x = L.tensor([1., 2.], requires_grad=True); y = {expr}; y.mul_(2); out = y")
+    same(f"x = L.tensor([1., 2.]); y = {expr}; y.mul_(2); out = (y is x, x)")
+
+
+def test_flatten_of_one_dim_and_contiguous_of_contiguous_return_the_tensor():
+    same("x = L.tensor([1., 2.], requires_grad=True); out = (x.flatten() is x, x.contiguous() is x)")
+
+
+# ---- one storage: views see in-place changes, writes reach the root ----------------------
+
+@pytest.mark.parametrize("code", [
+    # a view read after its base changed in place holds the new values (README's old
+    # difference from torch)
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; v = y[0:2]; y.mul_(0.5)\n"
+    "out = (v.detach(), v.requires_grad)",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; v = y[0:2]; w = y[1:]; v.mul_(10)\n"
+    "(w * L.tensor([1., 2.])).sum().backward(); out = (w.detach(), y.detach(), x.grad)",
+    "x = L.tensor([[1., 2.], [3., 4.]], requires_grad=True); y = x * 1; t = y.t(); r = t[0]; y.add_(1)\n"
+    "out = (t.detach(), r.detach())",
+    # ... and records that saved the view's old value refuse backward, as torch's
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; v = y[0:2]; z = (v * v).sum()\n"
+    "y.mul_(2); z.backward(); out = x.grad",
+    # an in-place op through a view of a tensor with no history, with an operand that
+    # requires grad: the base takes the value and the history
+    "x = L.tensor([1., 2.]); w = L.tensor([.5], requires_grad=True); x[:1].add_(w)\n"
+    "out = (x.detach(), x.requires_grad, x.is_leaf)",
+    "x = L.tensor([1., 2.]); w = L.tensor([.5], requires_grad=True); v = x[1:]; x[:1].add_(w); x.sum().backward()\n"
+    "out = (x.detach(), w.grad, v.detach())",
+    # a write through a NumPy view of a tensor a record saved is seen at backward
+    "x = L.tensor([1., 2.]); w = L.tensor([1., 2.], requires_grad=True); y = x / w; x[:].pow_(2)\n"
+    "y.sum().backward(); out = w.grad",
+    # an op that raises leaves the view as it was
+    "x = L.tensor([.5, 1.], requires_grad=True); v = x[None][0]\n"
+    "try:\n    v.mul_(2)\nexcept RuntimeError:\n    pass\nout = v.detach()",
+    "v = (L.tensor([[.5]], requires_grad=True) * 1).expand(2, 5, 3)[:, -2]\n"
+    "try:\n    v.pow_(2)\nexcept RuntimeError:\n    pass\nout = v.detach()",
+    # an in-place op on an empty part of a saved tensor still counts as a change of it
+    "x = L.tensor([[1., 2.], [3., 4.]], requires_grad=True); y = x.rsqrt()\n"
+    "y[None, ..., 1:1].transpose(1, 2).abs_(); y.sum().backward(); out = x.grad",
+    # rows of a tensor with no history are 0-d tensors that in-place ops can write
+    "a, b = L.tensor([1., 2.]).unbind(0); a.add_(.5); c = b.clone(); c.add_(.5); out = (a, c)",
+    "x = L.tensor([1., 2.]); a, b = x.unbind(0); b.mul_(3); out = x",
+])
+def test_views_share_storage_as_in_torch(code):
+    same(code)

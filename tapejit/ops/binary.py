@@ -597,12 +597,12 @@ def zero_(input):
 
 @export(method=True, function=False)
 def fill_(input, value):
-    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    from tapejit.inplace import apply_inplace, check_leaf, note_write, shares_root_memory
     check_leaf(input, "fill_")
     if isinstance(value, Tensor):
         value = value.item()
-    if input._tape is None and getattr(input, "_view", None) is None:
-        note_leaf_write(input)   # refused while tracing for a tensor from outside the function
+    if input._tape is None and (getattr(input, "_view", None) is None or shares_root_memory(input)):
+        note_write(input)   # refused while tracing for a tensor from outside the function
         input._data.fill(value)
         return input
     return apply_inplace(input, lambda: input * 0.0 + value, "fill_")

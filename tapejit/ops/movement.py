@@ -284,6 +284,7 @@ from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
 from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
 from tapejit.recording import operand as _operand, on_tape, eager  # noqa: E402
 from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
+from tapejit.inplace import register_view as _register_view  # noqa: E402
 
 
 def _plain(t):
@@ -307,7 +308,97 @@ ONE_OF_SEVERAL = "unbind"
 
 def _viewed(t, x, where):
     t._view = (x, where, (x._tape, x._off, None))
+    _register_view(t, x)
     return t
+
+
+def _contiguous_chain(t):
+    """Whether ``t`` is contiguous in torch by its views alone: a view that is a contiguous
+    range of a contiguous base (the common case, decided without reading positions)."""
+    view = getattr(t, "_view", None)
+    while view is not None and view is not ONE_OF_SEVERAL:
+        base, where, _ = view
+        if type(where) is not int and not _is_contiguous(where[0], where[1]):
+            return False
+        t, view = base, getattr(base, "_view", None)
+    return t._tape is not None or t._data.flags.c_contiguous
+
+
+def _memory_offsets(t):
+    """The offset in its storage (torch's) of each element of ``t``: a recorded tensor is a
+    copy here, but its views in torch index the storage of the tensor it was viewed from."""
+    view = getattr(t, "_view", None)
+    if view is not None and view is not ONE_OF_SEVERAL:
+        base, where, _ = view
+        flat = _memory_offsets(base).reshape(-1)
+        if type(where) is int:
+            return flat[where:where + t._numel].reshape(t._shape)
+        return flat[view_positions(base, where, t._shape)]
+    if t._tape is not None:
+        return np.arange(t._numel, dtype=np.int64).reshape(t._shape)
+    data = t._data
+    out = np.zeros(data.shape, np.int64)
+    for d, (n, st) in enumerate(zip(data.shape, data.strides)):
+        out += (np.arange(n, dtype=np.int64) * (st // data.itemsize)).reshape((n,) + (1,) * (data.ndim - d - 1))
+    return out
+
+
+def torch_strides(t):
+    """``t.stride()`` as torch's tensor made by the same ops would have it (in elements);
+    None if its elements are no strided view of one storage."""
+    if _contiguous_chain(t):
+        return contiguous_strides(t._shape)
+    if getattr(t, "_view", None) is None:
+        return tuple(st // t._data.itemsize for st in t._data.strides)
+    offsets = _memory_offsets(t)
+    if not offsets.size:
+        return contiguous_strides(t._shape)
+    first = offsets.reshape(-1)[0]
+    strides = tuple(int(offsets[(0,) * d + (1,)].reshape(-1)[0] - first) if n > 1 else 0
+                    for d, n in enumerate(t._shape))
+    linear = np.full(t._shape, first, np.int64)
+    for d, (n, st) in enumerate(zip(t._shape, strides)):
+        linear += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(t._shape) - d - 1))
+    return strides if (linear == offsets).all() else None
+
+
+def is_contiguous(t):
+    strides = torch_strides(t)
+    return strides is not None and _is_contiguous(t._shape, strides)
+
+
+def _view_strides(old, strides, new):
+    """torch's ``computeStride``: the strides a view of shape ``new`` of a tensor of shape
+    ``old`` with ``strides`` has, or None when no view has those elements (a copy is needed)."""
+    if not _numel(old):
+        return contiguous_strides(new)
+    if not old:
+        return (1,) * len(new)
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    chunk = strides[-1] if strides else 1
+    tensor_numel = view_numel = 1
+    for d in range(len(old) - 1, -1, -1):
+        tensor_numel *= old[d]
+        if d == 0 or (old[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                out[view_d] = view_numel * chunk
+                view_numel *= new[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk = strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(out) if view_d == -1 else None
+
+
+def _viewable(x, shape):
+    """Whether torch's ``x.view(shape)`` is a view (else ``view`` raises, ``reshape`` copies)."""
+    if _contiguous_chain(x):
+        return True
+    strides = torch_strides(x)
+    return strides is not None and _view_strides(x._shape, strides, shape) is not None
 
 
 def view_positions(base, where, shape):
@@ -433,9 +524,9 @@ def strided_view(op, x, sizes, strides, start):
         arr = _memory_view(x._data, sizes, strides, start)
         if arr is None:   # not a strided view of x's memory: a copy with the right values
             flat = np.ascontiguousarray(x._data).reshape(-1)
-            arr = np.lib.stride_tricks.as_strided(
-                flat[start:], shape=sizes, strides=[s * flat.itemsize for s in strides]).copy()
-        return _concrete(arr)
+            return _concrete(np.lib.stride_tricks.as_strided(
+                flat[start:], shape=sizes, strides=[s * flat.itemsize for s in strides]).copy())
+        return _viewed(_concrete(arr), x, (tuple(sizes), tuple(strides), start))
     if not sizes:
         return _copy_range(op, x, start, 1, ())
     where = (tuple(sizes), tuple(strides), start)
@@ -463,11 +554,21 @@ def _resolve_shape(shape, n, op):
 
 
 def _reshaped(x, shape, op=RESHAPE):
-    if shape == x._shape and op is not CLONE:
-        return x
+    """``x`` as ``shape``: a view where torch's is one (a new tensor even for the same
+    shape, as torch), else a copy (torch's ``reshape`` of a tensor no view can reshape)."""
     if _plain(x):
-        return _concrete(x._data.reshape(shape))
-    return _copy_range(op, x, 0, x._numel, shape)
+        data = x._data
+        if data.flags.c_contiguous:
+            return _viewed(_concrete(data.reshape(shape)), x, 0)
+        strides = _view_strides(x._shape, torch_strides(x), shape)
+        if strides is None:
+            return _concrete(np.ascontiguousarray(data).reshape(shape))
+        return _viewed(_concrete(np.lib.stride_tricks.as_strided(
+            data, shape=shape, strides=[st * data.itemsize for st in strides])), x, 0)
+    out = _copy_range(op, x, 0, x._numel, shape)
+    if shape != x._shape and not _viewable(x, shape):
+        out._view = None   # a copy of the elements, as torch's reshape makes here
+    return out
 
 
 @export(method=True)
@@ -479,7 +580,13 @@ def reshape(input, *shape):
 def view(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], (_dtypes.dtype, type, np.dtype)):
         return _bits_as(input, _dtypes.as_dtype(shape[0]))
-    return _reshaped(input, _resolve_shape(shape, input._numel, "view"))
+    shape = _resolve_shape(shape, input._numel, "view")
+    if not _viewable(input, shape):
+        raise RuntimeError(
+            f"view size is not compatible with input tensor's size and stride (at least one dimension "
+            f"spans across two contiguous subspaces). Use .reshape(...) instead. (view of a tensor of "
+            f"shape {list(input._shape)} as {list(shape)})")
+    return _reshaped(input, shape)
 
 
 _TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
@@ -521,6 +628,8 @@ def flatten(input, start_dim=0, end_dim=-1):
     e = _wrap_dim(end_dim, nd, "flatten")
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if s == e:
+        return input   # torch returns the tensor itself
     shape = input._shape[:s] + (_numel(input._shape[s:e + 1]),) + input._shape[e + 1:]
     return _reshaped(input, shape)
 
@@ -564,9 +673,19 @@ def permute(input, *dims):
     return _permuted(input, order, PERMUTE)
 
 
+def _alias(op, x):
+    """A new tensor viewing all of ``x`` as it is: torch makes a view (of a leaf: a
+    non-leaf) even when the shape and strides stay."""
+    if _plain(x):
+        return _viewed(_concrete(x._data.view()), x, 0)
+    if x._shape:
+        return strided_view(op, x, x._shape, contiguous_strides(x._shape), 0)
+    return _copy_range(RESHAPE, x, 0, x._numel, x._shape)
+
+
 def _permuted(x, order, op):
     if order == list(range(len(order))):
-        return x
+        return _alias(op, x)
     strides = contiguous_strides(x._shape)
     return strided_view(op, x, tuple(x._shape[d] for d in order), tuple(strides[d] for d in order), 0)
 
@@ -575,7 +694,7 @@ def _permuted(x, order, op):
 def transpose(input, dim0, dim1):
     nd = len(input._shape)
     if nd == 0:
-        return input
+        return _alias(TRANSPOSE, input)
     a = _wrap_dim(dim0, nd, "transpose")
     b = _wrap_dim(dim1, nd, "transpose")
     order = list(range(nd))
@@ -591,7 +710,7 @@ def t(input):
     if len(input._shape) > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
     if len(input._shape) < 2:
-        return input
+        return _alias(TRANSPOSE_2D, input)
     return _permuted(input, [1, 0], TRANSPOSE_2D)
 
 
@@ -602,17 +721,22 @@ Tensor.mT = property(lambda self: transpose(self, -2, -1))
 @export(method=True, function=False)
 def expand(input, *sizes):
     sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    return _expand(input, sizes)
+    return _expanded(input, sizes)
+
+
+def _expanded(x, sizes):
+    out = _expand(x, sizes)
+    return _alias(EXPAND, x) if out is x else out
 
 
 @export(method=True, function=False)
 def expand_as(input, other):
-    return _expand(input, other._shape)
+    return _expanded(input, other._shape)
 
 
 @export(method=True)
 def broadcast_to(input, size):
-    return _expand(input, tuple(size))
+    return _expanded(input, tuple(size))
 
 
 @export()
@@ -620,7 +744,12 @@ def broadcast_tensors(*tensors):
     shape = ()
     for t_ in tensors:
         shape = broadcast_shapes("broadcast_tensors", shape, t_._shape)
-    return tuple(_expand(t_, shape) for t_ in tensors)
+    return tuple(_expanded(t_, shape) for t_ in tensors)
+
+
+def contiguous(input):
+    """``input`` itself if torch's is contiguous, else a contiguous copy (not a view)."""
+    return input if is_contiguous(input) else clone(input)
 
 
 @export(method=True)
@@ -841,9 +970,13 @@ def getitem(input, key):
         if not any(k is Ellipsis for k in key):
             key = key + (Ellipsis,)  # NumPy then returns a 0-d view, not a scalar copy
         try:
-            return _concrete(np.asarray(_torch_index(input._data, key)))
+            out = _concrete(np.asarray(_torch_index(input._data, key)))
         except IndexError as e:
             raise IndexError(str(e).replace("axis", "dimension")) from None
+        if _is_basic(key):
+            sizes, strides, start = _basic_view(input, key)
+            _viewed(out, input, start if _is_contiguous(sizes, strides) else (sizes, strides, start))
+        return out
     if _is_basic(key):
         sizes, strides, start = _basic_view(input, key)
         if _is_contiguous(sizes, strides):
@@ -867,7 +1000,7 @@ def _gather(op, x, positions):
 
 @export(function=False, dunders=("__setitem__",))
 def setitem(input, key, value):
-    from tapejit.inplace import check_leaf, note_leaf_write
+    from tapejit.inplace import check_leaf, note_write
     check_leaf(input, "setitem")
     key = _norm_key(key)
     basic = _is_basic(key)
@@ -882,7 +1015,7 @@ def setitem(input, key, value):
         if target.ndim and 0 in target.strides:
             _refuse_overlap("setitem", target)
         v = _setitem_value(value, target.shape, True)
-        note_leaf_write(input)
+        note_write(input)
         target[...] = v
         return
     assign_positions(input, _index_positions(input._shape, key), value, basic)
@@ -917,13 +1050,13 @@ def _setitem_value(value, shape, basic):
                        f"indexing result of shape {list(shape)}")
 
 
-def assign_positions(input, pos, value, basic=True):
+def assign_positions(input, pos, value, basic=True, writing=None):
     """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
-    in the shape ``value`` is broadcast to)."""
-    from tapejit.inplace import apply_inplace, note_leaf_write
+    in the shape ``value`` is broadcast to; ``writing``: the view this write comes through)."""
+    from tapejit.inplace import apply_inplace, note_write
     if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
         v = _setitem_value(value, pos.shape, basic)
-        note_leaf_write(input)
+        note_write(input)
         input._data.flat[pos.reshape(-1)] = v.reshape(-1)
         return
     value = as_tensor_operand(value, input)
@@ -940,7 +1073,8 @@ def assign_positions(input, pos, value, basic=True):
     mask[flat] = True
     picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
                      source[:input._numel].reshape(input._shape))
-    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
+    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem",
+                  writing)
 
 
 # ---- gather, index_select ----------------------------------------------------------------
@@ -1167,7 +1301,7 @@ def unbind(input, dim=0):
     shape = input._shape
     d = _wrap_dim(dim, len(shape), "unbind")
     if _plain(input):
-        return tuple(_concrete(a) for a in np.moveaxis(input._data, d, 0))
+        return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
     if d == 0:
         return tuple(_rows(input))
     return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
