@@ -245,3 +245,134 @@ def test_flatten_of_one_dim_and_contiguous_of_contiguous_return_the_tensor():
 ])
 def test_views_share_storage_as_in_torch(code):
     same(code)
+
+
+# ---- in-place ops: what torch writes, keeps in the graph and refuses ----------------------
+
+@pytest.mark.parametrize("code", [
+    # setitem on a view writes the view's part of the storage (copy_ of the indexed part),
+    # refused only where that part overlaps itself
+    "a = L.tensor([1., 2., 3.], requires_grad=True); y = a * 1; e = y.expand(2, 3); e[:1] = L.tensor([5., 6., 7.])\n"
+    "out = (y.detach(), e.detach())",
+    "a = L.tensor([[1., 2., 3., 4.]], requires_grad=True); y = a * 1; e = y.expand(2, 4); e[0, 3] += 0.5\n"
+    "y.sum().backward(); out = (y.detach(), e.detach(), a.grad)",
+    "a = L.tensor([[1., 2., 3., 4.]], requires_grad=True); y = a * 1; e = y.expand(2, 4); e[:, 3] += 0.5; out = y",
+    "a = L.tensor([[1., 2.], [3., 4.]], requires_grad=True); y = a * 1; t = y.t(); t[[0, 1], 0] = L.tensor([9., 8.])\n"
+    "out = (y.detach(), t.detach())",
+    # copy_ from a tensor that requires grad makes the target require it
+    "x = L.tensor([1.]); w = L.tensor([2.], requires_grad=True); x.copy_(w); x.sum().backward()\n"
+    "out = (x.detach(), x.requires_grad, x.is_leaf, w.grad)",
+    "x = L.zeros(2, 2); w = L.tensor([2., 3.], requires_grad=True); x[0] = w; x.sum().backward()\n"
+    "out = (x.detach(), x.requires_grad, w.grad)",
+    # copy_/fill_/zero_ replace the value exactly: NaN or inf in it, or an infinite
+    # gradient, give no NaN (torch's gradient to the old value is an exact zero)
+    "y = L.zeros(0, requires_grad=True).mean(); y.copy_(L.tensor(0.5)); out = (y.detach(), y.requires_grad)",
+    "x = L.tensor([1., 2.], requires_grad=True); y = x * 1; y.fill_(3.); (y * float('inf')).sum().backward()\n"
+    "out = (y.detach(), x.grad)",
+    "x = L.tensor([1., float('inf')], requires_grad=True); y = x * 1; y.zero_(); z = y.clone(); z.copy_(x * 2)\n"
+    "(z * float('inf')).sum().backward(); out = (y.detach(), z.detach(), x.grad)",
+    # overlapping copy_ is refused; y.mul_(y) saved the y it changes
+    "x = L.tensor([1., 2., 3.]); x[1:].copy_(x[:2]); out = x",
+    "x = L.tensor([1., 2., 3.]); x.copy_(x); x[:2].copy_(x[:2]); out = x",
+    "x = L.tensor([1., 2.]); x.copy_(x[None]); out = x",
+    # ... unless one of them is not dense (torch does not check then)
+    "x = L.tensor([0., 1., 2., 3., 4., 5.]); x[::2].copy_(x[:3]); out = x",
+    "x = L.tensor([0., 1., 2., 3., 4., 5.]); x[:3].copy_(x[::2]); out = x",
+    "a = L.tensor([1., 2.], requires_grad=True); y = a * 1; y.mul_(y); y.sum().backward(); out = a.grad",
+    "a = L.tensor([1., 2.], requires_grad=True); y = a * 1; y.add_(y); y.sum().backward(); out = a.grad",
+    # in-place ops on outputs of split/chunk/unbind that require grad are refused
+    "a = L.tensor([1., 2., 3., 4.], requires_grad=True); y = a * 1; p, q = y.split(2); p.mul_(2); out = y",
+    "a = L.tensor([[1., 2.], [3., 4.]], requires_grad=True); y = a * 1; p, q = y.unbind(1); p[0:1].mul_(2); out = y",
+    "a = L.tensor([1., 2., 3., 4.], requires_grad=True); y = a * 1\n"
+    "with L.no_grad():\n    p, q = y.chunk(2); p.mul_(2)\nout = y.detach()",
+])
+def test_inplace_writes_follow_torch(code):
+    same(code)
+
+
+@pytest.mark.parametrize("code", [
+    # torch saves an operand of mul/div only for the other operand's gradient, c / x saves
+    # an intermediate: changing them in place later is fine
+    "a = L.tensor([1., 2.], requires_grad=True); b = a * 1; y = b * L.tensor([3., 4.]); b.mul_(2)\n"
+    "y.sum().backward(); out = a.grad",
+    "a = L.tensor([1., 2.], requires_grad=True); b = a * 1; y = b / L.tensor([3., 4.]); b.mul_(2)\n"
+    "y.sum().backward(); out = a.grad",
+    "a = L.tensor([1., 2.], requires_grad=True); b = a * 1; y = L.tensor([3., 4.]) / b; b.mul_(2)\n"
+    "y.sum().backward(); out = a.grad",
+    "x0 = L.tensor([1., 2.], requires_grad=True); x = x0 * 1; y = 2.0 / x; x.mul_(1.0); y.sum().backward()\n"
+    "out = x0.grad",
+    # ... but pow keeps its result, gather its input (torch raises at backward)
+    "a = L.tensor([1., 2.], requires_grad=True); b = L.tensor([2., 3.], requires_grad=True)\n"
+    "v = (a * 1) ** b; v.mul_(2); v.sum().backward(); out = b.grad",
+    "b = L.tensor([2., 3.], requires_grad=True); v = 2.0 ** b; v.mul_(2); v.sum().backward(); out = b.grad",
+    "a = L.tensor([[1., 2.], [3., 4.]], requires_grad=True); y = a * 1; g = y.gather(1, L.tensor([[0], [1]]))\n"
+    "y.mul_(2); g.sum().backward(); out = a.grad",
+    # var keeps its input only, std its result too
+    "a = L.tensor([1., 2., 3.], requires_grad=True); v = (a * 1).var(); v.mul_(2); v.backward(); out = a.grad",
+    "a = L.tensor([1., 2., 3.], requires_grad=True); v = (a * 1).std(); v.mul_(2); v.backward(); out = a.grad",
+])
+def test_saved_values_follow_torch(code):
+    same(code)
+
+
+@pytest.mark.parametrize("code", [
+    "t = L.tensor([1., 2.]); out = (L.div(2, t), L.add(2, t), L.sub(2, t), L.mul(2.5, t), L.true_divide(1, t))",
+    "t = L.tensor([1., 2.], requires_grad=True); y = L.div(2, t); y.sum().backward(); out = (y.detach(), t.grad)",
+    "out = (L.zeros(0).chunk(1, 0), L.zeros(0).chunk(3), L.zeros(0).split(2, 0), L.zeros(2, 0).chunk(2, 1))",
+    "out = L.zeros(0).argmax()",
+    "out = L.zeros(0, 3).argmin(0)",
+    "out = L.zeros(0, 3).argmax(1)",
+    "x = L.tensor([1.]); out = x.squeeze((-1, 0))",
+    "out = L.cat([L.zeros(0, requires_grad=True) * 1, L.tensor([1., 2.])]).requires_grad",
+    "e = L.zeros(0, requires_grad=True); y = L.cat([e, L.tensor([1., 2.])]); y.sum().backward(); out = (y, e.grad)",
+    "out = L.index_select(L.zeros(0, 0), 1, L.tensor([0]))",
+])
+def test_empty_and_number_arguments_follow_torch(code):
+    same(code)
+
+
+def test_broadcast_gradient_sums_accurately():
+    """A broadcast operand's gradient sums 126,000 float32 terms: torch's (pairwise) sum is
+    within 1e-8 of the exact one; a float32 running sum drifted by 3e-5."""
+    b = (np.random.RandomState(0).rand(126000, 1) * 1e-4 + 3.2e-5).astype(np.float32)
+    exact = b.astype(np.float64).sum()
+    for shape in [(1, 1), (), (1,)]:
+        w = tj.ones(shape, requires_grad=True)
+        (w * tj.tensor(b)).sum().backward()
+        assert abs(float(w.grad.double().sum()) - exact) <= 2e-6, shape
+    b = np.random.RandomState(1).rand(126000, 3).astype(np.float32)
+    w = tj.ones(3, requires_grad=True)    # through expand's backward
+    (w * tj.tensor(b)).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), b.astype(np.float64).sum(0), rtol=1e-7)
+
+
+@pytest.mark.parametrize("code", [
+    # a record saved a view of the value changed in place (an expand for broadcasting, the
+    # permuted copy of a reduction over dims apart, a slice): torch's view shares the
+    # version counter, so backward is refused
+    "a = L.tensor([[1., 2.]], requires_grad=True); w = L.tensor([[1., 2.], [3., 4.]], requires_grad=True)\n"
+    "b = a * 1; y = b * w; b.mul_(2); y.sum().backward(); out = w.grad",
+    "x = L.tensor(np.arange(8.).reshape(2, 2, 2), requires_grad=True); y = x / 2; m = y.amax(dim=(0, 2))\n"
+    "y.add_(1); m.sum().backward(); out = x.grad",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; z = (y[1:] * y[1:]).sum(); y[0:1].mul_(2)\n"
+    "z.backward(); out = x.grad",
+    # an in-place op through a view saved its result (exp_), then the base changed
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; y[0:2].exp_(); y.mul_(2); y.sum().backward()\n"
+    "out = x.grad",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; y[0:2].exp_(); y.sum().backward(); out = x.grad",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; y[0:2].exp_(); y[2:].mul_(3); y.sum().backward()\n"
+    "out = x.grad",
+    # ... but what the in-place op itself saved (clamp_'s input, through a view of a view) is
+    # not refused when the other views take their elements again
+    "x = L.tensor([[0.5]], requires_grad=True); y = x + 2; v = y[:]; v.view(-1).clamp_(min=-1.0, max=0.0)\n"
+    "(v * 0.5).sum().backward(); out = x.grad",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; v = y[0:2]; w = v.view(2, 1); w.exp_(); w.mul_(2)\n"
+    "(y * 1).sum().backward(); out = x.grad",
+    # ... but a copy made from the value (clone, an advanced index) is not a view
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; c = y.clone(); z = (c * c).sum(); y.mul_(2)\n"
+    "z.backward(); out = x.grad",
+    "x = L.tensor([1., 2., 3.], requires_grad=True); y = x * 1; c = y[[0, 2]]; z = (c * c).sum(); y.mul_(2)\n"
+    "z.backward(); out = x.grad",
+])
+def test_changes_of_saved_views_are_detected(code):
+    same(code)

@@ -118,6 +118,29 @@ def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     idx = np.zeros(nd, np.int64)
     pos = base
     o = out
+    summed = False   # an expand: each source element sums many terms, in float64 (float32's
+    for k in range(nd):   # running sum over 10^5 terms drifts by 1e-5 relative; torch's does not)
+        if strides[k] == 0 and sizes[k] > 1:
+            summed = True
+    if summed:
+        size = ints[p + 2]
+        total = np.zeros(size, np.float64)
+        for _ in range(outer):
+            for j in range(inner):
+                total[pos - a + j * step] += g[o + j]
+            o += inner
+            d = nd - 2
+            while d >= 0:
+                idx[d] += 1
+                pos += strides[d]
+                if idx[d] < sizes[d]:
+                    break
+                pos -= strides[d] * sizes[d]
+                idx[d] = 0
+                d -= 1
+        for i in range(size):
+            g[a + i] += total[i]
+        return
     for _ in range(outer):
         for j in range(inner):
             g[pos + j * step] += g[o + j]
@@ -178,7 +201,7 @@ INDEX = define_kernel("index", "IndexBackward0", gather_forward, gather_backward
                       samples=cases(("int_array", lambda tj, x: x[np.array([0, 2, 2])], [(4, 3)], anywhere),
                                     ("mask", lambda tj, x: x[np.array([True, False, True, True])], [(4,)], anywhere),
                                     ("pair", lambda tj, x: x[[0, 1], [2, 0]], [(3, 3)], anywhere)))
-GATHER = same_kernels("gather", "GatherBackward0", INDEX,
+GATHER = same_kernels("gather", "GatherBackward0", INDEX, saves=True, saved="a",   # torch keeps self
                       samples=cases(("gather", lambda tj, x: tj.gather(x, 1, tj.tensor([[0, 0], [1, 0]])),
                                      [(2, 3)], anywhere)))
 INDEX_SELECT = same_kernels("index_select", "IndexSelectBackward0", INDEX,
@@ -647,7 +670,11 @@ def squeeze(input, dim=None):
     if dim is None:
         new = tuple(s for s in shape if s != 1)
     else:
-        dims = {_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
+        wrapped = [_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)]
+        dims = set(wrapped)
+        if len(dims) < len(wrapped):
+            twice = next(d for d in wrapped if wrapped.count(d) > 1)
+            raise RuntimeError(f"squeeze: dim {twice} appears multiple times in the list of dims")
         new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
     return _reshaped(input, new, SQUEEZE if dim is None else SQUEEZE_DIM)
 
@@ -1018,7 +1045,32 @@ def setitem(input, key, value):
         note_write(input)
         target[...] = v
         return
+    if type(getattr(input, "_view", None)) is tuple:
+        # A view: torch writes its part of the storage, as ``input[key].copy_(value)``.
+        from tapejit.inplace import apply_inplace, check_view_leaf, root_positions
+        if basic:
+            part = getitem(input, key)
+            apply_inplace(part, lambda: _written(part, value), "setitem")
+            return
+        root, positions = root_positions(input)
+        check_view_leaf(root)
+        assign_positions(root, positions.reshape(-1)[_index_positions(input._shape, key)], value, False)
+        return
     assign_positions(input, _index_positions(input._shape, key), value, basic)
+
+
+def _written(part, value):
+    """What ``part[...] = value`` makes ``part`` hold (torch's ``copy_``, with setitem's
+    shape rule)."""
+    from tapejit.ops.binary import COPY
+    from tapejit.recording import record_binary
+    value = as_tensor_operand(value, part)
+    _setitem_value(np.broadcast_to(np.False_, value._shape), part._shape, True)   # torch's errors
+    while len(value._shape) > len(part._shape) and value._shape[0] == 1:
+        value = _reshaped(value, value._shape[1:])
+    if part._dtype.is_floating_point and (part._tape is not None or (value._rg and _state.grad)):
+        return record_binary(COPY, part, value)
+    return _expand(value, part._shape) if value._shape != part._shape else value
 
 
 def _refuse_overlap(op, arr):
@@ -1050,7 +1102,7 @@ def _setitem_value(value, shape, basic):
                        f"indexing result of shape {list(shape)}")
 
 
-def assign_positions(input, pos, value, basic=True, writing=None):
+def assign_positions(input, pos, value, basic=True, writing=None, since=None):
     """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
     in the shape ``value`` is broadcast to; ``writing``: the view this write comes through)."""
     from tapejit.inplace import apply_inplace, note_write
@@ -1074,7 +1126,7 @@ def assign_positions(input, pos, value, basic=True, writing=None):
     picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
                      source[:input._numel].reshape(input._shape))
     apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem",
-                  writing)
+                  writing, since)
 
 
 # ---- gather, index_select ----------------------------------------------------------------
@@ -1166,7 +1218,10 @@ def _joined(op, tensors, dim, stack):
         inner = [_numel(first[d:])] * len(tensors)
         outer = _numel(first[:d])
     else:
-        tensors = [x for x in tensors if not (x._shape == (0,))] or tensors[:1]
+        parts = tensors
+        tensors = [x for x in parts if not (x._shape == (0,))] or parts[:1]
+        # a skipped empty part that requires grad still makes the result require it (torch)
+        skipped = [x for x in parts if x._shape == (0,) and x._rg and x is not tensors[0]]
         first = tensors[0]._shape
         if not first:
             raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
@@ -1183,6 +1238,9 @@ def _joined(op, tensors, dim, stack):
             inner.append(_numel(s[d:]))
         out_shape = first[:d] + (total,) + first[d + 1:]
         outer = _numel(first[:d])
+        if skipped and _state.grad and dt.is_floating_point:
+            tensors = tensors + skipped
+            inner = inner + [0] * len(skipped)
     if not dt.is_floating_point or not (_state.eager or (_state.grad and any(x._rg for x in tensors))):
         arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
         return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
@@ -1275,7 +1333,7 @@ def split(tensor, split_size_or_sections, dim=0):
         step = split_size_or_sections
         if step <= 0:
             raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
-        bounds = list(range(0, size, step)) + [size]
+        bounds = (list(range(0, size, step)) or [0]) + [size]   # a zero-size dim: one empty piece
     else:
         sections = list(split_size_or_sections)
         if sum(sections) != size:
@@ -1285,13 +1343,19 @@ def split(tensor, split_size_or_sections, dim=0):
         bounds = [0]
         for s in sections:
             bounds.append(bounds[-1] + s)
-    return tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    out = tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    if tensor._rg:
+        from tapejit.inplace import mark_multi_output
+        mark_multi_output(out, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
+    return out
 
 
 @export(method=True)
 def chunk(input, chunks, dim=0):
     d = _wrap_dim(dim, len(input._shape), "chunk")
     size = input._shape[d]
+    if size == 0:   # torch: ``chunks`` empty pieces
+        return tuple(_slice_dim(input, d, 0, 0) for _ in range(chunks))
     step = max(1, -(-size // chunks))
     return split(input, step, d)
 
@@ -1304,7 +1368,11 @@ def unbind(input, dim=0):
         return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
     if d == 0:
         return tuple(_rows(input))
-    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
+    out = tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
+    if input._rg:
+        from tapejit.inplace import mark_multi_output
+        mark_multi_output(out, "Unbind")
+    return out
 
 
 # ---- masked_fill ----------------------------------------------------------------------------
