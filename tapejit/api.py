@@ -64,7 +64,8 @@ _KIND_EXCEPTIONS = {
 }
 
 _BINARY_OPERATORS = {
-    "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__floordiv__", "__mod__", "__pow__",
+    "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+    "__rmod__", "__pow__",
     "__rpow__", "__matmul__", "__rmatmul__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
     "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
