@@ -585,7 +585,9 @@ def test_lists_and_arrays_stay_operands():
     assert (x + [1.0, 2.0]).tolist() == [2.0, 4.0]
     assert tj.add(x, np.array([1.0, 1.0])).tolist() == [2.0, 3.0]
     assert tj.where(x > 1, x, [0.0, 0.0]).tolist() == [0.0, 2.0]
-    assert tj.index_select(x, 0, [1]).tolist() == [2.0]
+    # an index is not an operand: as torch, index_select wants an integer tensor
+    with pytest.raises(TypeError, match=r"index_select\(\): argument 'index' .*must be Tensor, not list"):
+        tj.index_select(x, 0, [1])
 
 
 # ---- grad_fn identity -------------------------------------------------------------------------
