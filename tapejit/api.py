@@ -54,6 +54,10 @@ _KIND_OF = {"input": TENSOR, "tensor": TENSOR, "mat2": TENSOR, "vec": TENSOR, "v
 # Front ends whose parameter takes more or less than its name says.
 _KIND_EXCEPTIONS = {
     ("pow", "input"): OPERAND,        # tj.pow(2, x)
+    ("add", "input"): OPERAND, ("sub", "input"): OPERAND, ("subtract", "input"): OPERAND,
+    ("mul", "input"): OPERAND, ("multiply", "input"): OPERAND, ("div", "input"): OPERAND,
+    ("divide", "input"): OPERAND, ("true_divide", "input"): OPERAND,
+    ("remainder", "input"): OPERAND, ("floor_divide", "input"): OPERAND,   # tj.div(2, x), as torch
     ("where", "input"): OPERAND,      # tj.where(c, 1.0, x)
     ("view_as", "other"): TENSOR, ("reshape_as", "other"): TENSOR,
     ("expand_as", "other"): TENSOR, ("equal", "other"): TENSOR,

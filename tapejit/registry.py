@@ -26,7 +26,8 @@ class Op:
     node: str                      # PyTorch's grad_fn name, e.g. "MulBackward0"
     kind: str                      # "unary" | "binary" | "kernel" | "load" | "cast"
     saves: bool = True             # backward reads saved values (freed-graph / in-place errors)
-    saved: str = "ab"              # which: operand a, operand b, o = the output
+    saved: str = "ab"              # which: operand a, operand b, o = the output; A, B: the
+    #                                operand is saved only when the other one needs a gradient
     value: Optional[Callable] = None
     grad: Optional[Callable] = None
     grad_x: Optional[Callable] = None
@@ -89,10 +90,10 @@ def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, gr
 
 
 def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group="",
-                  vectorized=False):
+                  vectorized=False, saved="ab"):
     return _register(Op(name, node, "binary", saves=saves, value=value, grad_x=grad_x,
                         grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group,
-                        vectorized=vectorized))
+                        vectorized=vectorized, saved=saved))
 
 
 def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group="",
@@ -106,13 +107,13 @@ def define_special(name, node, kind, saves=False, samples=None):
     return _register(Op(name, node, kind, saves=saves, samples=samples, module="tapejit.ops.core"))
 
 
-def same_kernels(name, node, like, saves=None, samples=None):
+def same_kernels(name, node, like, saves=None, samples=None, saved=None):
     """A second op name (its own grad_fn name) running another op's kernels."""
     op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
             samples=samples, module=like.module, operands=like.operands, group=like.group,
-            saved=like.saved, vectorized=like.vectorized, listed=like.listed)
+            saved=like.saved if saved is None else saved, vectorized=like.vectorized, listed=like.listed)
     return _register(op)
 
 

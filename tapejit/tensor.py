@@ -416,11 +416,13 @@ class Tensor:
         from tapejit.device import check
         check("cuda")
 
-    def contiguous(self):
-        return self
+    def contiguous(self, memory_format=None):
+        from tapejit.ops.movement import contiguous
+        return contiguous(self)
 
-    def is_contiguous(self):
-        return True
+    def is_contiguous(self, memory_format=None):
+        from tapejit.ops.movement import is_contiguous
+        return is_contiguous(self)
 
     # ---- printing --------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ a failing program's draws before the statements are minimized.
 
 Known mismatches are kept out of the programs by ``fuzz_programs.KNOWN_BUGS`` (each
 entry names its bug and a repro); remove an entry once its fix is merged.  To try a fix
-first, ``TAPEJIT_FUZZ_UNEXCLUDE=prod_shared_adjoint,sign_nan`` (or ``all``) makes those
+first, ``TAPEJIT_FUZZ_UNEXCLUDE=reduce_empty,split_empty`` (or ``all``) makes those
 programs again without editing the set.
 """
 import os

@@ -11,7 +11,7 @@ import numpy as np
 
 from tapejit._jit import rule
 from tapejit.registry import define_binary
-from tapejit.samples import binary_samples, anywhere, positive, away_from_zero
+from tapejit.samples import binary_samples, cases, anywhere, positive, away_from_zero
 
 
 @rule
@@ -62,8 +62,30 @@ def mul_grad_y(x, y, z, g):
     return g * x
 
 
-MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y,
+MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y, saved="AB",
                     vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
+
+
+@rule
+def copy_value(x, y):
+    return y
+
+
+@rule
+def copy_grad_x(x, y, z, g):
+    return 0.0   # the overwritten value's gradient: an exact zero, even for an infinite g
+
+
+@rule
+def copy_grad_y(x, y, z, g):
+    return g
+
+
+# ``copy_`` into a recorded tensor, or from one that requires grad: ``y``, with ``x`` still
+# in the graph (``x * 0 + y`` would turn an infinite x or gradient into NaN).
+COPY = define_binary("copy", "CopyBackwards", copy_value, copy_grad_x, copy_grad_y, saves=False,
+                     samples=cases(("copy", lambda tj, x, y: (x * 1).copy_(y), [(3, 4), (3, 4)], anywhere),
+                                   ("copy_expanded", lambda tj, x, y: (x * 1).copy_(y), [(3, 4), (4,)], anywhere)))
 
 
 @rule
@@ -78,10 +100,10 @@ def div_grad_x(x, y, z, g):
 
 @rule
 def div_grad_y(x, y, z, g):
-    return -g * x / (y * y)
+    return -g * ((x / y) / y)   # torch's order: x / x gives gradients that cancel exactly
 
 
-DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y,
+DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y, saved="Ab",
                     vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
 
 
@@ -104,7 +126,7 @@ def pow_grad_y(x, y, z, g):
     return g * z * np.log(x)
 
 
-POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y,
+POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y, saved="abo",
                     samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y))
 
 
@@ -280,6 +302,7 @@ from tapejit.ops import unary as _u  # noqa: E402
 from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype  # noqa: E402
 from tapejit.registry import same_kernels as _same  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
+from tapejit.tape import state as _state  # noqa: E402
 
 SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR,
                    samples=lambda rng: [(f"sub_scalar{list(s)}", lambda tj, x: x - 1.5, [rng.uniform(-2, 2, s)])
@@ -341,8 +364,15 @@ def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
     return operator
 
 
+def _number_first(input, other):
+    """torch.add(2, t) and the like: torch takes a Python number as the first operand."""
+    return input if isinstance(input, Tensor) else as_tensor_operand(
+        input, other if isinstance(other, Tensor) else None)
+
+
 @export(method=True)
 def add(input, other, alpha=1):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
@@ -354,6 +384,7 @@ def add(input, other, alpha=1):
 
 @export(method=True, dunders=("__sub__",))
 def sub(input, other, alpha=1):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
@@ -381,6 +412,7 @@ def rsub(input, other, alpha=1):
 
 @export(method=True)
 def mul(input, other):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         return record_binary(MUL, input, other, np.multiply)
     if _is_scalar(other):
@@ -420,6 +452,7 @@ _ROUNDED = {"floor": (np.floor_divide, np.floor_divide),
 
 @export(method=True, dunders=("__truediv__",))
 def div(input, other, rounding_mode=None):
+    input = _number_first(input, other)
     if rounding_mode is not None:
         if rounding_mode not in _ROUNDED:
             raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
@@ -607,15 +640,39 @@ def zero_(input):
 
 @export(method=True, function=False)
 def fill_(input, value):
-    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    from tapejit.inplace import apply_inplace, check_leaf, note_write, shares_root_memory
     check_leaf(input, "fill_")
     if isinstance(value, Tensor):
         value = value.item()
-    if input._tape is None and getattr(input, "_view", None) is None:
-        note_leaf_write(input)   # refused while tracing for a tensor from outside the function
+    if input._tape is None and (getattr(input, "_view", None) is None or shares_root_memory(input)):
+        note_write(input)   # refused while tracing for a tensor from outside the function
         input._data.fill(value)
         return input
-    return apply_inplace(input, lambda: input * 0.0 + value, "fill_")
+    return apply_inplace(input, lambda: record_unary(_u.FILL, input, float(value)), "fill_")
+
+
+def _partly_overlapping(a, b):
+    """torch's ``get_overlap_status(a, b)`` is ``Partial`` (copy_ refuses then): ``a`` and
+    ``b`` share elements of one storage, both dense, and are not the same range with the
+    same strides.  An exact alias is fine, and so is a tensor that is not dense (torch's
+    "too hard": no check)."""
+    from tapejit.inplace import _root, root_positions
+    from tapejit.ops.movement import torch_strides
+    if not a._numel or not b._numel:
+        return False
+    if _root(a) is not _root(b):
+        return (a._tape is None and b._tape is None and _root(a)._tape is None and _root(b)._tape is None
+                and a._data is not b._data and np.may_share_memory(a._data, b._data)
+                and np.shares_memory(a._data, b._data))
+    begins = []
+    for p in (root_positions(a)[1], root_positions(b)[1]):
+        first = int(p.min())
+        if int(p.max()) - first + 1 != p.size or np.unique(p).size != p.size:
+            return False
+        begins.append(first)
+    if begins[0] == begins[1] and a._numel == b._numel:
+        return torch_strides(a) != torch_strides(b)
+    return begins[0] < begins[1] + b._numel and begins[1] < begins[0] + a._numel
 
 
 @export(method=True, function=False)
@@ -624,9 +681,15 @@ def copy_(input, src, non_blocking=False):
     from tapejit.recording import expand as _expand_to
     check_leaf(input, "copy_")
     src = as_tensor_operand(src, input)
+    if src is not input and _partly_overlapping(input, src):
+        raise RuntimeError(
+            "copy_: unsupported operation: some elements of the input tensor and the written-to tensor "
+            "refer to a single memory location. Please clone() the tensor before performing the operation.")
 
     def copied():
-        value = _expand_to(src, input._shape) if src._shape != input._shape else src
-        # A recorded tensor stays in its graph (its old value gets zero gradient), as in torch.
-        return input * 0.0 + value if input._tape is not None else value
+        # A recorded tensor stays in its graph (its old value gets zero gradient), as in torch,
+        # and one that takes a value requiring grad joins it.
+        if input._dtype.is_floating_point and (input._tape is not None or (src._rg and _state.grad)):
+            return record_binary(COPY, input, src)
+        return _expand_to(src, input._shape) if src._shape != input._shape else src
     return apply_inplace(input, copied, "copy_")

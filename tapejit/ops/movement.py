@@ -118,6 +118,29 @@ def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     idx = np.zeros(nd, np.int64)
     pos = base
     o = out
+    summed = False   # an expand: each source element sums many terms, in float64 (float32's
+    for k in range(nd):   # running sum over 10^5 terms drifts by 1e-5 relative; torch's does not)
+        if strides[k] == 0 and sizes[k] > 1:
+            summed = True
+    if summed:
+        size = ints[p + 2]
+        total = np.zeros(size, np.float64)
+        for _ in range(outer):
+            for j in range(inner):
+                total[pos - a + j * step] += g[o + j]
+            o += inner
+            d = nd - 2
+            while d >= 0:
+                idx[d] += 1
+                pos += strides[d]
+                if idx[d] < sizes[d]:
+                    break
+                pos -= strides[d] * sizes[d]
+                idx[d] = 0
+                d -= 1
+        for i in range(size):
+            g[a + i] += total[i]
+        return
     for _ in range(outer):
         for j in range(inner):
             g[pos + j * step] += g[o + j]
@@ -178,7 +201,7 @@ INDEX = define_kernel("index", "IndexBackward0", gather_forward, gather_backward
                       samples=cases(("int_array", lambda tj, x: x[np.array([0, 2, 2])], [(4, 3)], anywhere),
                                     ("mask", lambda tj, x: x[np.array([True, False, True, True])], [(4,)], anywhere),
                                     ("pair", lambda tj, x: x[[0, 1], [2, 0]], [(3, 3)], anywhere)))
-GATHER = same_kernels("gather", "GatherBackward0", INDEX,
+GATHER = same_kernels("gather", "GatherBackward0", INDEX, saves=True, saved="a",   # torch keeps self
                       samples=cases(("gather", lambda tj, x: tj.gather(x, 1, tj.tensor([[0, 0], [1, 0]])),
                                      [(2, 3)], anywhere)))
 INDEX_SELECT = same_kernels("index_select", "IndexSelectBackward0", INDEX,
@@ -284,6 +307,7 @@ from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
 from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
 from tapejit.recording import operand as _operand, on_tape, eager  # noqa: E402
 from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
+from tapejit.inplace import register_view as _register_view  # noqa: E402
 
 
 def _plain(t):
@@ -307,7 +331,97 @@ ONE_OF_SEVERAL = "unbind"
 
 def _viewed(t, x, where):
     t._view = (x, where, (x._tape, x._off, None))
+    _register_view(t, x)
     return t
+
+
+def _contiguous_chain(t):
+    """Whether ``t`` is contiguous in torch by its views alone: a view that is a contiguous
+    range of a contiguous base (the common case, decided without reading positions)."""
+    view = getattr(t, "_view", None)
+    while view is not None and view is not ONE_OF_SEVERAL:
+        base, where, _ = view
+        if type(where) is not int and not _is_contiguous(where[0], where[1]):
+            return False
+        t, view = base, getattr(base, "_view", None)
+    return t._tape is not None or t._data.flags.c_contiguous
+
+
+def _memory_offsets(t):
+    """The offset in its storage (torch's) of each element of ``t``: a recorded tensor is a
+    copy here, but its views in torch index the storage of the tensor it was viewed from."""
+    view = getattr(t, "_view", None)
+    if view is not None and view is not ONE_OF_SEVERAL:
+        base, where, _ = view
+        flat = _memory_offsets(base).reshape(-1)
+        if type(where) is int:
+            return flat[where:where + t._numel].reshape(t._shape)
+        return flat[view_positions(base, where, t._shape)]
+    if t._tape is not None:
+        return np.arange(t._numel, dtype=np.int64).reshape(t._shape)
+    data = t._data
+    out = np.zeros(data.shape, np.int64)
+    for d, (n, st) in enumerate(zip(data.shape, data.strides)):
+        out += (np.arange(n, dtype=np.int64) * (st // data.itemsize)).reshape((n,) + (1,) * (data.ndim - d - 1))
+    return out
+
+
+def torch_strides(t):
+    """``t.stride()`` as torch's tensor made by the same ops would have it (in elements);
+    None if its elements are no strided view of one storage."""
+    if _contiguous_chain(t):
+        return contiguous_strides(t._shape)
+    if getattr(t, "_view", None) is None:
+        return tuple(st // t._data.itemsize for st in t._data.strides)
+    offsets = _memory_offsets(t)
+    if not offsets.size:
+        return contiguous_strides(t._shape)
+    first = offsets.reshape(-1)[0]
+    strides = tuple(int(offsets[(0,) * d + (1,)].reshape(-1)[0] - first) if n > 1 else 0
+                    for d, n in enumerate(t._shape))
+    linear = np.full(t._shape, first, np.int64)
+    for d, (n, st) in enumerate(zip(t._shape, strides)):
+        linear += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(t._shape) - d - 1))
+    return strides if (linear == offsets).all() else None
+
+
+def is_contiguous(t):
+    strides = torch_strides(t)
+    return strides is not None and _is_contiguous(t._shape, strides)
+
+
+def _view_strides(old, strides, new):
+    """torch's ``computeStride``: the strides a view of shape ``new`` of a tensor of shape
+    ``old`` with ``strides`` has, or None when no view has those elements (a copy is needed)."""
+    if not _numel(old):
+        return contiguous_strides(new)
+    if not old:
+        return (1,) * len(new)
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    chunk = strides[-1] if strides else 1
+    tensor_numel = view_numel = 1
+    for d in range(len(old) - 1, -1, -1):
+        tensor_numel *= old[d]
+        if d == 0 or (old[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                out[view_d] = view_numel * chunk
+                view_numel *= new[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk = strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(out) if view_d == -1 else None
+
+
+def _viewable(x, shape):
+    """Whether torch's ``x.view(shape)`` is a view (else ``view`` raises, ``reshape`` copies)."""
+    if _contiguous_chain(x):
+        return True
+    strides = torch_strides(x)
+    return strides is not None and _view_strides(x._shape, strides, shape) is not None
 
 
 def view_positions(base, where, shape):
@@ -390,13 +504,52 @@ def _rows(x):
     return out
 
 
+def _memory_view(arr, sizes, strides, start):
+    """The NumPy view of ``arr`` whose element ``(i0, i1, ...)`` is ``arr``'s element at
+    flat position ``start + i0 * strides[0] + ...`` of its logical (C) order, sharing
+    ``arr``'s memory whatever its own strides; None if no strided view of ``arr`` holds
+    exactly those elements.  Each view dim must step within one dim of ``arr`` (all the
+    views made here do: permutes, expands, basic indexing), and no dim of ``arr`` may be
+    stepped past its end, so the flat positions map linearly to memory."""
+    if not all(sizes):
+        return np.zeros(sizes, arr.dtype)
+    shape = arr.shape
+    logical = contiguous_strides(shape)
+    first = np.unravel_index(start, shape) if shape else ()
+    low, high = list(first), list(first)
+    mem = []
+    for size, stride in zip(sizes, strides):
+        if size == 1 or stride == 0:
+            mem.append(0)
+            continue
+        step = abs(stride)
+        # the outermost dim whose logical stride divides ``step`` within its extent
+        for d in range(len(shape)):
+            if shape[d] > 1 and step % logical[d] == 0 and step // logical[d] < shape[d]:
+                break
+        else:
+            return None
+        k = step // logical[d]
+        if stride > 0:
+            high[d] += k * (size - 1)
+        else:
+            low[d] -= k * (size - 1)
+        mem.append((k if stride > 0 else -k) * arr.strides[d])
+    if any(lo < 0 or hi >= n for lo, hi, n in zip(low, high, shape)):
+        return None
+    corner = arr[tuple(slice(i, i + 1) for i in first)] if shape else arr
+    return np.lib.stride_tricks.as_strided(corner, shape=sizes, strides=mem)
+
+
 def strided_view(op, x, sizes, strides, start):
     """Materialise the view of ``x`` given by element ``sizes``/``strides``/``start``."""
     if _plain(x):
-        arr = np.lib.stride_tricks.as_strided(
-            x._data.reshape(-1)[start:], shape=sizes,
-            strides=[s * x._dtype.itemsize for s in strides]) if x._numel else np.zeros(sizes, x._dtype.np)
-        return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
+        arr = _memory_view(x._data, sizes, strides, start)
+        if arr is None:   # not a strided view of x's memory: a copy with the right values
+            flat = np.ascontiguousarray(x._data).reshape(-1)
+            return _concrete(np.lib.stride_tricks.as_strided(
+                flat[start:], shape=sizes, strides=[s * flat.itemsize for s in strides]).copy())
+        return _viewed(_concrete(arr), x, (tuple(sizes), tuple(strides), start))
     if not sizes:
         return _copy_range(op, x, start, 1, ())
     where = (tuple(sizes), tuple(strides), start)
@@ -424,11 +577,21 @@ def _resolve_shape(shape, n, op):
 
 
 def _reshaped(x, shape, op=RESHAPE):
-    if shape == x._shape and op is not CLONE:
-        return x
+    """``x`` as ``shape``: a view where torch's is one (a new tensor even for the same
+    shape, as torch), else a copy (torch's ``reshape`` of a tensor no view can reshape)."""
     if _plain(x):
-        return _concrete(x._data.reshape(shape))
-    return _copy_range(op, x, 0, x._numel, shape)
+        data = x._data
+        if data.flags.c_contiguous:
+            return _viewed(_concrete(data.reshape(shape)), x, 0)
+        strides = _view_strides(x._shape, torch_strides(x), shape)
+        if strides is None:
+            return _concrete(np.ascontiguousarray(data).reshape(shape))
+        return _viewed(_concrete(np.lib.stride_tricks.as_strided(
+            data, shape=shape, strides=[st * data.itemsize for st in strides])), x, 0)
+    out = _copy_range(op, x, 0, x._numel, shape)
+    if shape != x._shape and not _viewable(x, shape):
+        out._view = None   # a copy of the elements, as torch's reshape makes here
+    return out
 
 
 @export(method=True)
@@ -440,7 +603,13 @@ def reshape(input, *shape):
 def view(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], (_dtypes.dtype, type, np.dtype)):
         return _bits_as(input, _dtypes.as_dtype(shape[0]))
-    return _reshaped(input, _resolve_shape(shape, input._numel, "view"))
+    shape = _resolve_shape(shape, input._numel, "view")
+    if not _viewable(input, shape):
+        raise RuntimeError(
+            f"view size is not compatible with input tensor's size and stride (at least one dimension "
+            f"spans across two contiguous subspaces). Use .reshape(...) instead. (view of a tensor of "
+            f"shape {list(input._shape)} as {list(shape)})")
+    return _reshaped(input, shape)
 
 
 _TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
@@ -482,6 +651,8 @@ def flatten(input, start_dim=0, end_dim=-1):
     e = _wrap_dim(end_dim, nd, "flatten")
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if s == e:
+        return input   # torch returns the tensor itself
     shape = input._shape[:s] + (_numel(input._shape[s:e + 1]),) + input._shape[e + 1:]
     return _reshaped(input, shape)
 
@@ -531,7 +702,11 @@ def squeeze(input, dim=None):
     if dim is None:
         new = tuple(s for s in shape if s != 1)
     else:
-        dims = {_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
+        wrapped = [_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)]
+        dims = set(wrapped)
+        if len(dims) < len(wrapped):
+            twice = next(d for d in wrapped if wrapped.count(d) > 1)
+            raise RuntimeError(f"squeeze: dim {twice} appears multiple times in the list of dims")
         new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
     return _reshaped(input, new, SQUEEZE if dim is None else SQUEEZE_DIM)
 
@@ -557,9 +732,19 @@ def permute(input, *dims):
     return _permuted(input, order, PERMUTE)
 
 
+def _alias(op, x):
+    """A new tensor viewing all of ``x`` as it is: torch makes a view (of a leaf: a
+    non-leaf) even when the shape and strides stay."""
+    if _plain(x):
+        return _viewed(_concrete(x._data.view()), x, 0)
+    if x._shape:
+        return strided_view(op, x, x._shape, contiguous_strides(x._shape), 0)
+    return _copy_range(RESHAPE, x, 0, x._numel, x._shape)
+
+
 def _permuted(x, order, op):
     if order == list(range(len(order))):
-        return x
+        return _alias(op, x)
     strides = contiguous_strides(x._shape)
     return strided_view(op, x, tuple(x._shape[d] for d in order), tuple(strides[d] for d in order), 0)
 
@@ -568,7 +753,7 @@ def _permuted(x, order, op):
 def transpose(input, dim0, dim1):
     nd = len(input._shape)
     if nd == 0:
-        return input
+        return _alias(TRANSPOSE, input)
     a = _wrap_dim(dim0, nd, "transpose")
     b = _wrap_dim(dim1, nd, "transpose")
     order = list(range(nd))
@@ -584,7 +769,7 @@ def t(input):
     if len(input._shape) > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
     if len(input._shape) < 2:
-        return input
+        return _alias(TRANSPOSE_2D, input)
     return _permuted(input, [1, 0], TRANSPOSE_2D)
 
 
@@ -595,17 +780,22 @@ Tensor.mT = property(lambda self: transpose(self, -2, -1))
 @export(method=True, function=False)
 def expand(input, *sizes):
     sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    return _expand(input, sizes)
+    return _expanded(input, sizes)
+
+
+def _expanded(x, sizes):
+    out = _expand(x, sizes)
+    return _alias(EXPAND, x) if out is x else out
 
 
 @export(method=True, function=False)
 def expand_as(input, other):
-    return _expand(input, other._shape)
+    return _expanded(input, other._shape)
 
 
 @export(method=True)
 def broadcast_to(input, size):
-    return _expand(input, tuple(size))
+    return _expanded(input, tuple(size))
 
 
 @export()
@@ -613,7 +803,12 @@ def broadcast_tensors(*tensors):
     shape = ()
     for t_ in tensors:
         shape = broadcast_shapes("broadcast_tensors", shape, t_._shape)
-    return tuple(_expand(t_, shape) for t_ in tensors)
+    return tuple(_expanded(t_, shape) for t_ in tensors)
+
+
+def contiguous(input):
+    """``input`` itself if torch's is contiguous, else a contiguous copy (not a view)."""
+    return input if is_contiguous(input) else clone(input)
 
 
 @export(method=True)
@@ -633,8 +828,14 @@ def repeat(input, *sizes):
     # (s0, s1) -> (1, s0, 1, s1) -> expanded to (r0, s0, r1, s1) -> (r0*s0, r1*s1)
     spaced = tuple(v for s in shape for v in (1, s))
     expanded = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
-    return _reshaped(_expand(_reshaped(input, spaced), expanded),
-                     tuple(r * s for r, s in zip(sizes, shape)))
+    if _plain(input):
+        return _concrete(np.tile(input._data, sizes))
+    out = _reshaped(_expand(_reshaped(input, spaced), expanded),
+                    tuple(r * s for r, s in zip(sizes, shape)))
+    if out is input:
+        return clone(input)
+    out._view = None   # a copy (torch's repeat), not a view of its input
+    return out
 
 
 # ---- indexing --------------------------------------------------------------------------
@@ -662,14 +863,80 @@ def _is_int(k):
 
 
 def _torch_index(array, key):
-    """``array[key]`` with torch's rule where it differs from NumPy's: integers mixed with
-    index arrays select first, like basic indexing, and the arrays index what is left."""
-    if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
-                                                or isinstance(k, slice) for k in key):
-        first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
-        rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
-        return array[first][rest]
-    return array[key]
+    """``array[key]`` with torch's rule for advanced indices, which differs from NumPy's:
+    integers select first, as basic indexing does, and do not count as advanced indices;
+    the index arrays (a boolean mask counting as one array per dim it covers) then index
+    what is left, their result dims in place if nothing stands between them (a ``...``
+    standing for no dim does not) and first otherwise; a ``None`` between them separates
+    them, as the size-1 dim it makes does."""
+    if _is_basic(key):
+        return array[key]
+    covered = sum(np.ndim(k) if _is_mask(k) else 0 if k is None or k is Ellipsis else 1 for k in key)
+    if covered > array.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {array.ndim}")
+    first = []   # basic indexing: the integers, slices, None and ``...``
+    rest = []    # then the arrays, over the dims that basic indexing leaves
+    for k in key:
+        if k is Ellipsis:
+            first.append(k)
+            rest += [slice(None)] * (array.ndim - covered)
+        elif k is None or isinstance(k, slice):
+            first.append(k)
+            rest.append(slice(None))
+        elif _is_int(k):
+            first.append(k)
+        else:
+            first += [slice(None)] * (np.ndim(k) if _is_mask(k) else 1)
+            rest.append(k)
+    part = array[tuple(first)]
+    d = 0
+    for k in rest:
+        n = np.ndim(k) if _is_mask(k) else 1
+        if n and _is_mask(k) and np.shape(k) != part.shape[d:d + n]:
+            raise IndexError(f"The shape of the mask {list(np.shape(k))} at index {d} does not match the "
+                             f"shape of the indexed tensor {list(part.shape[d:d + n])} at index {d}")
+        d += n
+    try:
+        return part[tuple(rest)]
+    except IndexError:
+        shape = _advanced_shape(part.shape, rest)
+        if shape is None or _numel(shape):
+            raise
+        return np.zeros(shape, array.dtype)   # torch checks no index when nothing is selected
+
+
+def _advanced_shape(shape, key):
+    """The shape of ``array[key]`` for an array of ``shape`` and a key of full slices and
+    index arrays (NumPy's placement), without reading the indices; None if the arrays do
+    not broadcast."""
+    sizes = [(int(np.count_nonzero(k)),) if _is_mask(k) else np.shape(k) for k in key
+             if not isinstance(k, slice)]
+    try:
+        joined = np.broadcast_shapes(*sizes)
+    except ValueError:
+        return None
+    at = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    out, d = [], 0
+    for i, k in enumerate(key):
+        if isinstance(k, slice):
+            out.append(shape[d])
+            d += 1
+        elif _is_mask(k):
+            if np.shape(k) != tuple(shape[d:d + np.ndim(k)]):
+                return None
+            d += np.ndim(k)
+        else:
+            if shape[d] == 0 and np.size(k):   # torch checks indices into an empty dim
+                return None
+            d += 1
+    if at[-1] - at[0] + 1 == len(at):   # adjacent: the arrays' dims stand where they are
+        slices_before = at[0]
+        return tuple(out[:slices_before]) + joined + tuple(out[slices_before:])
+    return joined + tuple(out)
+
+
+def _is_mask(k):
+    return isinstance(k, (bool, np.bool_)) or isinstance(k, np.ndarray) and k.dtype == np.bool_
 
 
 def _index_positions(shape, key):
@@ -689,7 +956,9 @@ def _norm_key(key):
             v = k._value()
             k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
         elif isinstance(k, list):
-            k = np.asarray(k._value() if isinstance(k, Tensor) else [e._value() if isinstance(e, Tensor) else e for e in k])
+            k = np.asarray([e._value() if isinstance(e, Tensor) else e for e in k])
+            if k.size == 0:   # torch reads an empty list as an empty integer index
+                k = k.astype(np.int64)
         out.append(k)
     return tuple(out)
 
@@ -760,9 +1029,13 @@ def getitem(input, key):
         if not any(k is Ellipsis for k in key):
             key = key + (Ellipsis,)  # NumPy then returns a 0-d view, not a scalar copy
         try:
-            return _concrete(np.asarray(_torch_index(input._data, key)))
+            out = _concrete(np.asarray(_torch_index(input._data, key)))
         except IndexError as e:
             raise IndexError(str(e).replace("axis", "dimension")) from None
+        if _is_basic(key):
+            sizes, strides, start = _basic_view(input, key)
+            _viewed(out, input, start if _is_contiguous(sizes, strides) else (sizes, strides, start))
+        return out
     if _is_basic(key):
         sizes, strides, start = _basic_view(input, key)
         if _is_contiguous(sizes, strides):
@@ -786,29 +1059,96 @@ def _gather(op, x, positions):
 
 @export(function=False, dunders=("__setitem__",))
 def setitem(input, key, value):
-    from tapejit.inplace import check_leaf, note_leaf_write
+    from tapejit.inplace import check_leaf, note_write
     check_leaf(input, "setitem")
     key = _norm_key(key)
-    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
-        note_leaf_write(input)
-        input._data[key] = v
+    basic = _is_basic(key)
+    if not basic and isinstance(value, Tensor) and value._dtype is not input._dtype and not (
+            len(key) == 1 and _is_mask(key[0]) and not value._shape):   # (torch's masked_fill)
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got "
+            f"{_TORCH_NAMES[input._dtype.name]} for the destination and "
+            f"{_TORCH_NAMES[value._dtype.name]} for the source.")
+    if basic and _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
+        target = input._data[key if Ellipsis in key else key + (Ellipsis,)]
+        if target.ndim and 0 in target.strides:
+            _refuse_overlap("setitem", target)
+        v = _setitem_value(value, target.shape, True)
+        note_write(input)
+        target[...] = v
         return
-    assign_positions(input, _index_positions(input._shape, key), value)
+    if type(getattr(input, "_view", None)) is tuple:
+        # A view: torch writes its part of the storage, as ``input[key].copy_(value)``.
+        from tapejit.inplace import apply_inplace, check_view_leaf, root_positions
+        if basic:
+            part = getitem(input, key)
+            apply_inplace(part, lambda: _written(part, value), "setitem")
+            return
+        root, positions = root_positions(input)
+        check_view_leaf(root)
+        assign_positions(root, positions.reshape(-1)[_index_positions(input._shape, key)], value, False)
+        return
+    assign_positions(input, _index_positions(input._shape, key), value, basic)
 
 
-def assign_positions(input, pos, value):
+def _written(part, value):
+    """What ``part[...] = value`` makes ``part`` hold (torch's ``copy_``, with setitem's
+    shape rule)."""
+    from tapejit.ops.binary import COPY
+    from tapejit.recording import record_binary
+    value = as_tensor_operand(value, part)
+    _setitem_value(np.broadcast_to(np.False_, value._shape), part._shape, True)   # torch's errors
+    while len(value._shape) > len(part._shape) and value._shape[0] == 1:
+        value = _reshaped(value, value._shape[1:])
+    if part._dtype.is_floating_point and (part._tape is not None or (value._rg and _state.grad)):
+        return record_binary(COPY, part, value)
+    return _expand(value, part._shape) if value._shape != part._shape else value
+
+
+def _refuse_overlap(op, arr):
+    if arr.size and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides)):
+        raise RuntimeError(
+            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
+            f"a single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _setitem_value(value, shape, basic):
+    """``value`` (its array) as written into ``shape`` by setitem, with torch's rule and
+    errors: leading size-1 dims of the value are dropped, the rest broadcasts."""
+    v = value._value() if isinstance(value, Tensor) else value
+    vshape = np.shape(v)
+    while len(vshape) > len(shape) and vshape[0] == 1:
+        vshape = vshape[1:]
+    try:
+        return np.broadcast_to(np.reshape(v, vshape), shape)
+    except ValueError:
+        pass
+    if basic:
+        d = next(i for i in range(1, len(vshape) + 1)
+                 if len(shape) < i or vshape[-i] not in (1, shape[-i]))
+        raise RuntimeError(
+            f"The expanded size of the tensor ({shape[-d] if d <= len(shape) else -1}) must match "
+            f"the existing size ({vshape[-d]}) at non-singleton dimension {len(shape) - d}.  Target "
+            f"sizes: {list(shape)}.  Tensor sizes: {list(vshape)}")
+    raise RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be broadcast to "
+                       f"indexing result of shape {list(shape)}")
+
+
+def assign_positions(input, pos, value, basic=True, writing=None, since=None):
     """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
-    in the shape ``value`` is broadcast to)."""
-    from tapejit.inplace import apply_inplace, note_leaf_write
+    in the shape ``value`` is broadcast to; ``writing``: the view this write comes through)."""
+    from tapejit.inplace import apply_inplace, note_write
     if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
-        note_leaf_write(input)
-        input._data.flat[pos.reshape(-1)] = np.broadcast_to(v, pos.shape).reshape(-1)
+        v = _setitem_value(value, pos.shape, basic)
+        note_write(input)
+        input._data.flat[pos.reshape(-1)] = v.reshape(-1)
         return
     value = as_tensor_operand(value, input)
     if value._dtype is not input._dtype:
         value = _cast(value, input._dtype)
+    _setitem_value(np.broadcast_to(np.False_, value._shape), pos.shape, basic)   # torch's errors
+    while len(value._shape) > len(pos.shape) and value._shape[0] == 1:
+        value = _reshaped(value, value._shape[1:])
     vals = _expand(value, pos.shape) if value._shape != pos.shape else value
     source = np.zeros(max(input._numel, 1), np.int64)
     mask = np.zeros(input._numel, bool)
@@ -817,7 +1157,8 @@ def assign_positions(input, pos, value):
     mask[flat] = True
     picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
                      source[:input._numel].reshape(input._shape))
-    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
+    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem",
+                  writing, since)
 
 
 # ---- gather, index_select ----------------------------------------------------------------
@@ -909,7 +1250,10 @@ def _joined(op, tensors, dim, stack):
         inner = [_numel(first[d:])] * len(tensors)
         outer = _numel(first[:d])
     else:
-        tensors = [x for x in tensors if not (x._shape == (0,))] or tensors[:1]
+        parts = tensors
+        tensors = [x for x in parts if not (x._shape == (0,))] or parts[:1]
+        # a skipped empty part that requires grad still makes the result require it (torch)
+        skipped = [x for x in parts if x._shape == (0,) and x._rg and x is not tensors[0]]
         first = tensors[0]._shape
         if not first:
             raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
@@ -926,6 +1270,9 @@ def _joined(op, tensors, dim, stack):
             inner.append(_numel(s[d:]))
         out_shape = first[:d] + (total,) + first[d + 1:]
         outer = _numel(first[:d])
+        if skipped and _state.grad and dt.is_floating_point:
+            tensors = tensors + skipped
+            inner = inner + [0] * len(skipped)
     if not dt.is_floating_point or not (_state.eager or (_state.grad and any(x._rg for x in tensors))):
         arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
         return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
@@ -1018,7 +1365,7 @@ def split(tensor, split_size_or_sections, dim=0):
         step = split_size_or_sections
         if step <= 0:
             raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
-        bounds = list(range(0, size, step)) + [size]
+        bounds = (list(range(0, size, step)) or [0]) + [size]   # a zero-size dim: one empty piece
     else:
         sections = list(split_size_or_sections)
         if sum(sections) != size:
@@ -1028,13 +1375,19 @@ def split(tensor, split_size_or_sections, dim=0):
         bounds = [0]
         for s in sections:
             bounds.append(bounds[-1] + s)
-    return tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    out = tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    if tensor._rg:
+        from tapejit.inplace import mark_multi_output
+        mark_multi_output(out, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
+    return out
 
 
 @export(method=True)
 def chunk(input, chunks, dim=0):
     d = _wrap_dim(dim, len(input._shape), "chunk")
     size = input._shape[d]
+    if size == 0:   # torch: ``chunks`` empty pieces
+        return tuple(_slice_dim(input, d, 0, 0) for _ in range(chunks))
     step = max(1, -(-size // chunks))
     return split(input, step, d)
 
@@ -1044,10 +1397,14 @@ def unbind(input, dim=0):
     shape = input._shape
     d = _wrap_dim(dim, len(shape), "unbind")
     if _plain(input):
-        return tuple(_concrete(a) for a in np.moveaxis(input._data, d, 0))
+        return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
     if d == 0:
         return tuple(_rows(input))
-    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
+    out = tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
+    if input._rg:
+        from tapejit.inplace import mark_multi_output
+        mark_multi_output(out, "Unbind")
+    return out
 
 
 # ---- masked_fill ----------------------------------------------------------------------------

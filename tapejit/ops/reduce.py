@@ -459,11 +459,12 @@ def var_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 acc(g, base + j * inner, d, ma)
 
 
-VAR = define_kernel("var", "VarBackward0", var_forward, var_backward, saved="ao", operands=1,
+# torch's VarBackward0 keeps self only, StdBackward0 its result too (the kernel reads it for std)
+VAR = define_kernel("var", "VarBackward0", var_forward, var_backward, saved="a", operands=1,
                     samples=cases(("var", lambda tj, x: x.var(), [(3, 4)], anywhere),
                                   ("var_dim", lambda tj, x: tj.var(x, 1, keepdim=True), [(3, 4)], anywhere),
                                   ("var_dims_c0", lambda tj, x: x.var((0, 2), correction=0), [(2, 3, 4)], anywhere)))
-STD = same_kernels("std", "StdBackward0", VAR,
+STD = same_kernels("std", "StdBackward0", VAR, saved="ao",
                    samples=cases(("std", lambda tj, x: x.std(), [(3, 4)], anywhere),
                                  ("std_dim", lambda tj, x: tj.std(x, 0), [(3, 4)], anywhere),
                                  ("std_unbiased0", lambda tj, x: x.std(-1, unbiased=False), [(2, 3, 4)], anywhere)))
@@ -672,9 +673,19 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
 
 
+def _check_arg_empty(name, input, dim):
+    """torch's IndexError for argmax/argmin over nothing (NumPy's is a ValueError)."""
+    if dim is None:
+        if input._numel == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    elif input._shape and input._shape[dim % len(input._shape)] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
+
+
 @export(method=True)
 def argmax(input, dim=None, keepdim=False):
     v = input._value()
+    _check_arg_empty("argmax", input, dim)
     if dim is None:
         return _concrete(np.asarray(np.argmax(v), np.int64))
     return _concrete(np.asarray(np.argmax(v, axis=dim, keepdims=keepdim), np.int64))
@@ -683,6 +694,7 @@ def argmax(input, dim=None, keepdim=False):
 @export(method=True)
 def argmin(input, dim=None, keepdim=False):
     v = input._value()
+    _check_arg_empty("argmin", input, dim)
     if dim is None:
         return _concrete(np.asarray(np.argmin(v), np.int64))
     return _concrete(np.asarray(np.argmin(v, axis=dim, keepdims=keepdim), np.int64))

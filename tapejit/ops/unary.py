@@ -61,6 +61,21 @@ ADD_SCALAR = define_arith("add_scalar", "AddBackward0", add_scalar_value, add_sc
 
 
 @rule
+def fill_value(x, c0, c1):
+    return c0
+
+
+@rule
+def fill_grad(x, y, g, c0, c1):
+    return 0.0   # the old value's gradient: an exact zero, even for an infinite g (torch's)
+
+
+# ``fill_``/``zero_`` of a recorded tensor: the value, with the tensor still in the graph.
+FILL = define_arith("fill", "FillBackward2", fill_value, fill_grad, nconst=1, saves=False,
+                    samples=unary_samples("fill", anywhere, lambda tj, x: (x * 1).fill_(0.5)))
+
+
+@rule
 def rsub_scalar_value(x, c0, c1):
     return c0 - x
 
@@ -115,9 +130,10 @@ def rdiv_scalar_grad(x, y, g, c0, c1):
     return -g * y / x
 
 
-# PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0.
+# PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0, and
+# what it saves is the reciprocal, an intermediate no in-place op can reach.
 RDIV_SCALAR = define_arith("rdiv_scalar", "MulBackward0", rdiv_scalar_value, rdiv_scalar_grad,
-                           nconst=1, vectorized=True,
+                           nconst=1, vectorized=True, saved="",
                            operands=2, samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
 
 
@@ -172,7 +188,7 @@ def rpow_scalar_grad(x, y, g, c0, c1):
 
 
 RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward2", rpow_scalar_value, rpow_scalar_grad,
-                           nconst=1, vectorized=True,
+                           nconst=1, vectorized=True, saved="ao",
                            samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
 
 # ---- elementary functions ----------------------------------------------------------------
