@@ -7,3 +7,4 @@ from tapejit.autograd.gradcheck import gradcheck  # noqa: F401
 from tapejit.autograd import function  # noqa: F401
 from tapejit.autograd.function import Function, once_differentiable  # noqa: F401
 from tapejit.autograd.variable import Variable  # noqa: F401
+from tapejit.autograd import profiler  # noqa: F401
