@@ -51,3 +51,4 @@ del _dtypes
 from tapejit import special  # noqa: E402,F401
 from tapejit import linalg  # noqa: E402,F401
 from tapejit import distributions  # noqa: E402,F401
+from tapejit import profiler  # noqa: E402,F401

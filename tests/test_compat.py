@@ -462,3 +462,19 @@ def test_profiler_refuses_cuda_and_exports_a_chrome_trace(tmp_path):
     prof.export_chrome_trace(str(path))
     names = [e["name"] for e in json.loads(path.read_text())["traceEvents"]]
     assert names == ["ones", "sum"]
+
+
+def test_torch_profiler_api():
+    from tapejit.profiler import ProfilerActivity, profile, record_function
+    ready = []
+    with pytest.warns(UserWarning, match="CUDA is not available, disabling CUDA profiling"):
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                       on_trace_ready=ready.append)
+    with prof:
+        with record_function("model_inference"):
+            tj.relu(tj.ones(3))
+        prof.step()
+    assert ready == [prof]
+    assert {e.key: e.count for e in prof.key_averages()} == {"model_inference": 1, "ones": 1, "relu": 1}
+    with pytest.raises(NotImplementedError, match="schedule= is not supported"):
+        profile(schedule=lambda step: None)
