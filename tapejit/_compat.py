@@ -7,7 +7,7 @@ of its own (with a recorded rule) takes precedence.
 """
 import numpy as np
 
-from tapejit import dtypes
+from tapejit import dtypes, inplace
 from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write, poison, _rebound
 from tapejit.tape import recording_tape
 from tapejit.tensor import Tensor, _concrete
@@ -31,6 +31,14 @@ def _reshape_in_place(t, compute, numpy_view, op):
             f"{op}: an output of UnbindBackward0 is a view and is being modified inplace. This view is "
             f"the output of a function that returns multiple views (iterating a tensor, unbind). Such "
             f"functions do not allow the output views to be modified inplace.")
+    shared = inplace._shared.get(id(t))
+    if shared is not None and any(other is not t for other, _ in shared.alive()):
+        # The aliases follow the value of ``t`` (inplace._Shared) in its old shape: they would
+        # read its elements in the wrong order.  torch's share the storage with their own strides.
+        raise RuntimeError(
+            f"{op}: tapejit cannot change the shape in place of a tensor that shares its memory with "
+            f"another (detach(), .data): [{t._dtype.name} {list(t._shape)}]; use the out-of-place "
+            f"{op[:-1]}(), or clone() first")
     check_leaf(t, op)
     tape = recording_tape()
     before = tape.n if tape is not None else 0   # records from here on are this op's own

@@ -295,6 +295,21 @@ def test_in_place_transpose_of_a_view_still_writes_its_base():
     assert results[0] == results[1]
 
 
+def test_in_place_shape_op_of_a_tensor_sharing_its_memory_is_refused():
+    # torch changes the sizes and strides of one tensor and its aliases keep theirs; tapejit's
+    # aliases follow the value in its old shape, so it refuses rather than mix up elements
+    for make in (lambda: tj.zeros(2, 3), lambda: tj.ones(2, 3, requires_grad=True) * 1):
+        x = make()
+        alias = x.detach()
+        with pytest.raises(RuntimeError, match=r"t_: tapejit cannot change the shape in place of a tensor "
+                                               r"that shares its memory"):
+            x.t_()
+        with pytest.raises(RuntimeError, match="unsqueeze_: tapejit cannot change the shape in place"):
+            alias.unsqueeze_(0)
+        del alias
+        assert x.t_().shape == (3, 2)     # no alias left
+
+
 # ---- random fills -----------------------------------------------------------------------------
 
 def test_normal_and_uniform_methods():
