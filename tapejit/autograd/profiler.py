@@ -34,11 +34,12 @@ _lock = threading.Lock()
 _now = time.perf_counter_ns
 
 
-def _stack():
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
+def _thread_state():
+    """This thread's open events (innermost last) and its id."""
+    state = getattr(_local, "state", None)
+    if state is None:
+        state = _local.state = ([], threading.get_ident())
+    return state
 
 
 def _shapes(args, kwargs):
@@ -46,53 +47,64 @@ def _shapes(args, kwargs):
     return [list(a._shape) if isinstance(a, Tensor) else [] for a in itertools.chain(args, kwargs.values())]
 
 
-class _Frame:
-    """An open event: its id, start and the time of the events it contains."""
-    __slots__ = ("id", "name", "start", "children", "parent", "shapes")
-
-    def __init__(self, name, parent, shapes):
-        self.id = next(_ids)
-        self.name = name
-        self.parent = parent
-        self.shapes = shapes
-        self.children = 0
-        self.start = _now()
+# An open event is a list: [id, name, start ns, time of the events inside it, parent id, shapes].
+# A closed one is a tuple of numbers, strings and None (shapes: None unless recorded), which the
+# garbage collector stops tracking: a long profile stays cheap to collect.
+_SHAPES = [False]   # whether a running profiler records input shapes
 
 
 def _open(name, args=(), kwargs=None):
-    stack = _stack()
-    shapes = _shapes(args, kwargs or {}) if any(p.record_shapes for p in _active) else []
-    frame = _Frame(name, stack[-1].id if stack else None, shapes)
+    stack = _thread_state()[0]
+    shapes = _shapes(args, kwargs or {}) if _SHAPES[0] else None
+    frame = [next(_ids), name, 0, 0, stack[-1][0] if stack else None, shapes]
     stack.append(frame)
+    frame[2] = _now()
     return frame
 
 
 def _close(frame):
     end = _now()
-    stack = _stack()
+    stack, thread = _thread_state()
     if not stack or stack[-1] is not frame:
         return   # opened under a profiler that has stopped, or closed out of order: dropped
     stack.pop()
-    total = end - frame.start
+    id_, name, start, inside, parent, shapes = frame
+    total = end - start
     if stack:
-        stack[-1].children += total
-    event = (frame.id, frame.name, frame.start, end, total - frame.children, frame.parent,
-             threading.get_ident(), frame.shapes)
+        stack[-1][3] += total
+    event = (id_, name, start, end, total - inside, parent, thread, shapes)
     for prof in _active:
-        if prof._started <= frame.start:
+        if prof._started <= start:
             prof._raw.append(event)
 
 
 def _timed(name, fn):
     """``fn`` recording one event named ``name`` (or ``name(self)``) per call."""
+    named = callable(name)
+
     def timed(*args, **kwargs):
         if not _active:
             return fn(*args, **kwargs)
-        frame = _open(name(args[0]) if callable(name) else name, args, kwargs)
+        # _open and _close, inline: this runs once per op while profiling
+        state = getattr(_local, "state", None) or _thread_state()
+        stack = state[0]
+        frame = [next(_ids), name(args[0]) if named else name, 0, 0, stack[-1][0] if stack else None,
+                 _shapes(args, kwargs) if _SHAPES[0] else None]
+        stack.append(frame)
+        frame[2] = start = _now()
         try:
             return fn(*args, **kwargs)
         finally:
-            _close(frame)
+            end = _now()
+            if stack and stack[-1] is frame:
+                stack.pop()
+                total = end - start
+                if stack:
+                    stack[-1][3] += total
+                event = (frame[0], frame[1], start, end, total - frame[3], frame[4], state[1], frame[5])
+                for prof in _active:
+                    if prof._started <= start:
+                        prof._raw.append(event)
     timed.__name__ = getattr(fn, "__name__", "timed")
     timed.__qualname__ = getattr(fn, "__qualname__", timed.__name__)
     timed.__doc__ = fn.__doc__
@@ -403,6 +415,7 @@ class profile:
                 _patch()
             self._started = _now()
             _active.append(self)
+            _SHAPES[0] = any(p.record_shapes for p in _active)
         return self
 
     def __exit__(self, *exc):
@@ -410,6 +423,7 @@ class profile:
             return False
         with _lock:
             _active.remove(self)
+            _SHAPES[0] = any(p.record_shapes for p in _active)
             if not _active:
                 _unpatch()
         self.function_events = self._events()
@@ -422,7 +436,7 @@ class profile:
         events = []
         for id_, name, start, end, self_ns, parent, thread, shapes in sorted(self._raw, key=lambda r: r[2]):
             event = FunctionEvent(id_, name, (start - origin) / 1e3, (end - origin) / 1e3, self_ns / 1e3,
-                                  thread, shapes)
+                                  thread, shapes if shapes is not None else [])
             by_id[id_] = event
             events.append(event)
         for (id_, _, _, _, _, parent, _, _) in self._raw:
