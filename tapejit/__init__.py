@@ -18,7 +18,7 @@ from tapejit import autograd, nn, optim  # noqa: F401
 from tapejit.functional import grad, value_and_grad  # noqa: F401
 from tapejit import viz  # noqa: F401
 from tapejit.threads import set_num_threads, get_num_threads  # noqa: F401
-from tapejit.device import device, cuda, accelerator, set_default_device, get_default_device  # noqa: F401
+from tapejit.device import device, cuda, accelerator, backends, set_default_device, get_default_device  # noqa: F401,E501
 from tapejit.tape import Tape  # noqa: F401
 from tapejit.replay import compile, CompileError  # noqa: F401,A004
 

@@ -140,6 +140,42 @@ class cuda:
     def manual_seed_all(seed):
         pass
 
+    @staticmethod
+    def seed():
+        pass
+
+    @staticmethod
+    def seed_all():
+        pass
+
+    @staticmethod
+    def is_initialized():
+        return False
+
+    @staticmethod
+    def empty_cache():
+        pass   # no CUDA memory to release, as torch on a CPU-only build
+
+    @staticmethod
+    def memory_allocated(device=None):
+        return 0
+
+    @staticmethod
+    def max_memory_allocated(device=None):
+        return 0
+
+    @staticmethod
+    def current_device():
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    @staticmethod
+    def synchronize(device=None):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    @staticmethod
+    def get_device_name(device=None):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
 
 class accelerator:
     """``torch.accelerator``: none here."""
@@ -151,3 +187,19 @@ class accelerator:
     @staticmethod
     def current_accelerator(check_available=False):
         return None
+
+
+class _Flags:
+    """A namespace of settings scripts assign (``torch.backends.cudnn.benchmark = True``):
+    kept, and without effect on the CPU, as on a CPU-only torch build."""
+
+    def __init__(self, **flags):
+        self.__dict__.update(flags)
+
+
+class backends:
+    """``torch.backends`` as a CPU-only build reports it: no cuDNN, CUDA or MPS."""
+    cudnn = _Flags(benchmark=False, deterministic=False, enabled=True, allow_tf32=True,
+                   is_available=lambda: False, version=lambda: None)
+    cuda = _Flags(is_built=lambda: False)
+    mps = _Flags(is_available=lambda: False, is_built=lambda: False)

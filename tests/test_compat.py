@@ -76,6 +76,26 @@ def test_cuda_reports_no_device():
     assert tj.cuda.device_count() == torch.cuda.device_count() == 0
 
 
+@pytest.mark.parametrize("source", [
+    "L.cuda.empty_cache()", "L.cuda.is_initialized()", "L.cuda.memory_allocated()", "L.cuda.seed()",
+    "L.cuda.manual_seed(0)", "L.cuda.manual_seed_all(0)", "L.cuda.current_device()", "L.cuda.synchronize()",
+    "L.cuda.get_device_name()", "L.backends.cudnn.benchmark", "L.backends.cudnn.deterministic",
+    "L.backends.cudnn.enabled", "L.backends.cudnn.is_available()", "L.backends.cudnn.version()",
+    "L.backends.mps.is_available()", "L.backends.mps.is_built()", "L.backends.cuda.is_built()",
+])
+def test_cuda_and_backends_as_a_cpu_only_build(source):
+    _same_as_torch(source)
+
+
+def test_backend_flags_can_be_set():
+    before = tj.backends.cudnn.benchmark
+    try:
+        tj.backends.cudnn.benchmark = True   # common in training scripts
+        assert tj.backends.cudnn.benchmark is True
+    finally:
+        tj.backends.cudnn.benchmark = before
+
+
 # ---- devices ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("source", [
