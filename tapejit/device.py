@@ -101,6 +101,8 @@ def unavailable(d):
         return None
     if d.type in ("cuda", "xpu"):
         return AssertionError(f"Torch not compiled with {d.type.upper()} enabled")
+    if d.type == "meta":   # torch has them even on the CPU; tapejit does not
+        return NotImplementedError("tapejit has no meta tensors (shapes without data): only the CPU device")
     return RuntimeError(f"PyTorch is not linked with support for {d.type} devices")
 
 

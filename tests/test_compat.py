@@ -132,6 +132,14 @@ def test_data_on_an_accelerator_raises_torchs_cpu_build_error(source):
     assert outcome[0] == "raise"
 
 
+def test_meta_tensors_are_refused():
+    # torch makes shape-only tensors on the meta device; tapejit has none, and says so
+    for call in (lambda: tj.zeros(2, device="meta"), lambda: tj.zeros(2).to("meta"),
+                 lambda: tj.nn.Linear(2, 2).to("meta")):
+        with pytest.raises(NotImplementedError, match="tapejit has no meta tensors"):
+            call()
+
+
 def test_a_module_without_tensors_moves_to_cuda_as_torch():
     # torch: nothing to move, so no error
     assert _same_as_torch("L.nn.ReLU().cuda()") == _same_as_torch("L.nn.ReLU().to('cuda')")
