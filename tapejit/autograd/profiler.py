@@ -26,7 +26,7 @@ import time
 import types
 
 _active = []           # the running profilers, innermost last
-_patches = []          # (owner, name, original or _ABSENT) to restore when the last one stops
+_patches = []          # (owner, name, original) to restore when the last one stops
 _ABSENT = object()
 _ids = itertools.count()
 _local = threading.local()
