@@ -18,11 +18,14 @@ from tapejit import autograd, nn, optim  # noqa: F401
 from tapejit.functional import grad, value_and_grad  # noqa: F401
 from tapejit import viz  # noqa: F401
 from tapejit.threads import set_num_threads, get_num_threads  # noqa: F401
-from tapejit.device import device, cuda, accelerator, set_default_device, get_default_device  # noqa: F401
+from tapejit.device import device, cuda, accelerator, backends, set_default_device, get_default_device  # noqa: F401,E501
 from tapejit.tape import Tape  # noqa: F401
 from tapejit.replay import compile, CompileError  # noqa: F401,A004
 
 _install(globals(), Tensor)
+from tapejit import _compat  # noqa: E402
+_compat.install(globals())
+from math import pi, inf, nan, e  # noqa: E402,F401  (torch.pi, torch.inf, ...: Python floats, as torch)
 from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  # noqa: E402,F401
 from tapejit.serialization import save, load  # noqa: E402,F401
 from tapejit import utils  # noqa: E402,F401
@@ -48,3 +51,4 @@ del _dtypes
 from tapejit import special  # noqa: E402,F401
 from tapejit import linalg  # noqa: E402,F401
 from tapejit import distributions  # noqa: E402,F401
+from tapejit import profiler  # noqa: E402,F401

@@ -27,15 +27,27 @@ class _Scan:
     inference: Python float -> default float dtype, int -> int64, bool -> bool, a tensor
     or NumPy scalar -> its own), and whether it holds tensors (read as their one value)
     or Python ints outside int64."""
-    __slots__ = ("dt", "tensors", "big_int")
+    __slots__ = ("dt", "tensors", "big_int", "other_sequences")
 
     def __init__(self):
         self.dt = None
         self.tensors = False
         self.big_int = False
+        self.other_sequences = False   # a deque, array.array, ...: read as a list
 
     def add(self, dt):
         self.dt = dt if self.dt is None else dtypes.promote(self.dt, dt)
+
+
+def _other_sequence(x):
+    """Whether torch reads ``x`` as a sequence, ``x`` being no list, tuple or range: what
+    can be indexed and has a length and is no dict (``collections.deque``, ``array.array``,
+    ``bytearray``, ``memoryview``, a class with ``__len__`` and ``__getitem__``), as
+    CPython's sequence check.  Iterators, sets and dicts are not (torch: "Could not infer
+    dtype of generator")."""
+    cls = type(x)
+    return (hasattr(cls, "__getitem__") and hasattr(cls, "__len__")
+            and not isinstance(x, (str, bytes, dict, Tensor, np.ndarray, np.generic)))
 
 
 def _nested_shape(data):
@@ -52,6 +64,8 @@ def _nested_shape(data):
         elif isinstance(x, np.ndarray):
             shape.extend(x.shape)
             return shape
+        elif _other_sequence(x):
+            x = list(x)
         else:
             return shape
 
@@ -69,6 +83,9 @@ def _scan(x, d, shape, scan):
             scan.add(x._dtype)
             scan.tensors = True
             return
+        if not isinstance(x, _SEQUENCES) and _other_sequence(x):
+            x = list(x)
+            scan.other_sequences = True
         if not isinstance(x, _SEQUENCES):
             if isinstance(x, str):
                 raise ValueError("too many dimensions 'str'")
@@ -125,7 +142,7 @@ def _scan_scalar(x, d, scan):
             scan.big_int = True
     elif isinstance(x, numbers.Real):
         scan.add(dtypes.get_default_dtype())
-    elif isinstance(x, _SEQUENCES):
+    elif isinstance(x, _SEQUENCES) or _other_sequence(x):
         raise TypeError(f"expected a number at dim {d}, got {_type_name(x)} (the sequences of one dim "
                         "must all be as deep)")
     elif isinstance(x, str):
@@ -152,7 +169,7 @@ def _nested_array(data, dt):
         dt = scan.dt or dtypes.get_default_dtype()
     if scan.big_int and dt is dtypes.int64:
         raise ValueError(_OVERFLOW)
-    if scan.tensors:
+    if scan.tensors or scan.other_sequences:
         data = _unwrap(data, len(shape))
     if dt is dtypes.int64 and scan.dt is not None and scan.dt.is_floating_point:
         # NumPy converts each float itself, refusing NaN, inf and values past int64
@@ -182,7 +199,7 @@ def _to_array(data, dtype, fn="tensor"):
             return np.array(data._value(), dtype=(dt or data._dtype).np, copy=True, order="C")
     if isinstance(data, np.ndarray):
         return _array_as(data, dt, fn)
-    if not isinstance(data, (numbers.Number, np.generic) + _SEQUENCES):
+    if not isinstance(data, (numbers.Number, np.generic) + _SEQUENCES) and not _other_sequence(data):
         raise TypeError(f"expected a Tensor, a number or a sequence of numbers, not {_type_name(data)}")
     return _nested_array(data, dt)
 
@@ -223,11 +240,11 @@ BoolTensor = _TypedTensor("BoolTensor", (), {"dtype": dtypes.bool_})
 
 
 def _unwrap(seq, ndim):
-    """Nested sequences of ``ndim`` dims with each tensor replaced by its value: its one
-    element at the innermost dim, its rows (an array) above it."""
+    """Nested lists of ``ndim`` dims with each tensor replaced by its value (its one element
+    at the innermost dim, its rows, an array, above it) and each sequence by a list."""
     if isinstance(seq, Tensor):
         return seq._value() if ndim else seq._value().reshape(-1)[0]
-    if not isinstance(seq, _SEQUENCES):
+    if not isinstance(seq, _SEQUENCES) and not (ndim and _other_sequence(seq)):
         return seq
     return [_unwrap(e, ndim - 1) for e in seq]
 
@@ -247,7 +264,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     _check_device(device)
     if isinstance(data, (str, bytes)):
         raise TypeError(f"tensor(): invalid data type '{type(data).__name__}'")
-    if not isinstance(data, (Tensor, np.ndarray, numbers.Number, np.generic) + _SEQUENCES):
+    if not isinstance(data, (Tensor, np.ndarray, numbers.Number, np.generic) + _SEQUENCES) \
+            and not _other_sequence(data):
         raise RuntimeError(f"Could not infer dtype of {_type_name(data)}")
     return _leaf(_to_array(data, dtype), requires_grad)
 

@@ -766,9 +766,10 @@ def _apply(t, compute, op, since=None):
             f"{list(result._shape)}")
     if result._dtype is not t._dtype:
         if result._dtype.is_floating_point and not t._dtype.is_floating_point:
+            from tapejit.dtypes import SCALAR_TYPE_NAMES
             raise RuntimeError(
-                f"result type {result._dtype.name.capitalize()} can't be cast to the desired output "
-                f"type {t._dtype.name.capitalize()}")
+                f"result type {SCALAR_TYPE_NAMES[result._dtype.name]} can't be cast to the desired output "
+                f"type {SCALAR_TYPE_NAMES[t._dtype.name]}")
         result = cast(result, t._dtype)
     if t._tape is None and result._tape is None:
         value = result._value()

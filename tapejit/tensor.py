@@ -389,10 +389,27 @@ class Tensor:
         from tapejit.recording import cast
         return cast(self, dtypes.as_dtype(dt))
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        """torch's legacy type names: ``x.type()`` is ``'torch.FloatTensor'`` (the strings
+        scripts compare with); ``x.type('torch.DoubleTensor')``, ``x.type(tj.float64)`` and
+        ``x.type(tj.DoubleTensor)`` convert (``self`` when the type is the same)."""
         if dtype is None:
-            return f"tapejit.{self._dtype.name}"
-        return self.to(dtype)
+            dtype = kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        if dtype is None:
+            return f"torch.{dtypes.SCALAR_TYPE_NAMES[self._dtype.name]}Tensor"
+        dt = _legacy_type_dtype(dtype)
+        if dt is self._dtype:
+            return self
+        from tapejit.recording import cast
+        return cast(self, dt)
+
+    def type_as(self, other):
+        if not isinstance(other, Tensor):
+            from tapejit.api import type_name
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type_name(other)}")
+        return self.type(other._dtype)
 
     def float(self):
         return self.to(dtypes.float32)
@@ -412,9 +429,14 @@ class Tensor:
     def cpu(self):
         return self
 
-    def cuda(self, device=None, non_blocking=False):
-        from tapejit.device import check
-        check("cuda")
+    def cuda(self, device=None, non_blocking=False, memory_format=None):
+        """Raises a CPU-only torch build's error: tapejit has no CUDA device."""
+        from tapejit.device import check, device as as_device
+        if device is None:
+            device = "cuda"
+        elif not isinstance(device, int) and as_device(device).type != "cuda":
+            raise RuntimeError("Invalid device, must be cuda device")
+        check(device)
 
     def contiguous(self, memory_format=None):
         from tapejit.ops.movement import contiguous
@@ -459,6 +481,30 @@ class Tensor:
             t._grad = _concrete(g._value().copy())
         memo[id(self)] = t
         return t
+
+
+def _legacy_type_dtype(spec):
+    """The dtype a ``Tensor.type()`` argument names: a dtype, a typed-tensor class
+    (``tj.FloatTensor``) or torch's type string (``'torch.FloatTensor'``)."""
+    if isinstance(spec, dtypes.dtype):
+        return spec
+    if isinstance(spec, type):
+        typed = getattr(spec, "dtype", None)
+        if isinstance(typed, dtypes.dtype):
+            return typed
+        name = spec.__qualname__ if spec.__module__ == "builtins" else f"{spec.__module__}.{spec.__qualname__}"
+        raise ValueError(f"invalid type: {name!r}")
+    if not isinstance(spec, str):
+        raise TypeError("dtype must be a type, str, or dtype object")
+    module, _, kind = spec.rpartition(".")
+    if module in ("torch.cuda", "tapejit.cuda"):
+        raise RuntimeError("Cannot initialize CUDA without ATen_cuda library (tapejit runs on the CPU "
+                           "only, as a CPU-only PyTorch build)")
+    if module in ("torch", "tapejit"):
+        for name, scalar_type in dtypes.SCALAR_TYPE_NAMES.items():
+            if kind == scalar_type + "Tensor":
+                return getattr(dtypes, "bool_" if name == "bool" else name)
+    raise ValueError(f"invalid type: {spec!r}")
 
 
 def _engine():
