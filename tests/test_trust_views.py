@@ -376,3 +376,22 @@ def test_broadcast_gradient_sums_accurately():
 ])
 def test_changes_of_saved_views_are_detected(code):
     same(code)
+
+
+# ---- found by the seeded fuzz programs ----------------------------------------------------
+
+@pytest.mark.parametrize("code", [
+    # max/min along a dim, sort and topk save only their indices (torch): writing their
+    # input in place afterwards leaves their gradient valid
+    "x = L.tensor([.5, -1., 2., .25, 1.], requires_grad=True); y = x / 2; v, i = L.max(y, dim=0)\n"
+    "y[L.tensor([-5, -1])] = v; (v.clamp_min(-.5) * 3).sum().backward(); out = (x.grad, y.detach())",
+    "x = L.tensor([[.5, -1.], [2., .25]], requires_grad=True); y = x * 1; s = y.sort(1)[0]; m = y.min(0).values\n"
+    "t = y.topk(1, 1).values; y.mul_(2); (s.sum() + 2 * m.sum() + 3 * t.sum()).backward(); out = x.grad",
+    # a bool mask and a one-element value of another dtype: masked_fill (torch), not index_put
+    "x = L.zeros(2, 3, dtype=L.float64); v = L.tensor([1.5], requires_grad=True)\n"
+    "x[L.tensor([[True, False, True], [False, False, True]])] = v; x.sum().backward(); out = (x.detach(), v.grad)",
+    "x = L.zeros(4, dtype=L.float64); x[L.tensor([True, False, True, False])] = L.ones(2); out = x",
+    "x = L.zeros(4, dtype=L.float64); x[L.tensor([0, 2])] = L.ones(1); out = x",
+])
+def test_selections_save_indices_and_masked_fill_converts(code):
+    same(code)

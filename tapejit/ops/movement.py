@@ -1064,7 +1064,7 @@ def setitem(input, key, value):
     key = _norm_key(key)
     basic = _is_basic(key)
     if not basic and isinstance(value, Tensor) and value._dtype is not input._dtype and not (
-            len(key) == 1 and _is_mask(key[0]) and not value._shape):   # (torch's masked_fill)
+            len(key) == 1 and _is_mask(key[0]) and value._numel == 1):   # (torch's masked_fill)
         raise RuntimeError(
             f"Index put requires the source and destination dtypes match, got "
             f"{_TORCH_NAMES[input._dtype.name]} for the destination and "

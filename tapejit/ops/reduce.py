@@ -19,6 +19,7 @@ import numpy as np
 from tapejit._jit import helper, kernel
 from tapejit.ops._kernel_helpers import acc, at, row_sum
 from tapejit.registry import define_kernel, same_kernels
+from tapejit.ops.movement import INDEX
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 
 
@@ -576,7 +577,6 @@ def amin(input, dim=(), keepdim=False):
 
 
 def _extreme(input, dim, keepdim, largest):
-    from tapejit.ops.movement import gather
     if dim is None:
         if not input._dtype.is_floating_point:
             v = input._value()
@@ -602,7 +602,7 @@ def _extreme(input, dim, keepdim, largest):
         if nan_rows.any():  # torch picks the NaN, NumPy's argmax/argmin need telling
             idx = np.where(nan_rows, np.argmax(np.isnan(v), axis=d), idx)
     idx_kept = np.expand_dims(np.asarray(idx, np.int64), d)
-    values = gather(input, d, _concrete(idx_kept))
+    values = _taken(MAX_DIM if largest else MIN_DIM, input, d, idx_kept)
     if keepdim:
         return return_types(values, _concrete(idx_kept))
     return return_types(values.squeeze(d), _concrete(idx_kept.squeeze(d)))
@@ -626,6 +626,18 @@ def min(input, dim=None, keepdim=False):
     return _extreme(input, dim, keepdim, False)
 
 
+# max/min along a dim, sort and topk: the chosen elements, by the gather kernels, under
+# torch's grad_fn names; the records keep no operand value (see _taken)
+MAX_DIM = same_kernels("max_dim", "MaxBackward0", INDEX, saves=False,
+                       samples=cases(("max_dim", lambda tj, x: tj.max(x, 1, keepdim=True)[0], [(3, 4)], distinct)))
+MIN_DIM = same_kernels("min_dim", "MinBackward0", INDEX, saves=False,
+                       samples=cases(("min_dim", lambda tj, x: x.min(0, keepdim=True).values, [(3, 4)], distinct)))
+SORT_VALUES = same_kernels("sort_values", "SortBackward0", INDEX, saves=False,
+                           samples=cases(("sort", lambda tj, x: tj.sort(x, 1)[0], [(3, 4)], distinct)))
+TOPK_VALUES = same_kernels("topk_values", "TopkBackward0", INDEX, saves=False,
+                           samples=cases(("topk", lambda tj, x: x.topk(2, 0).values, [(3, 4)], distinct)))
+
+
 def _order(input, dim, descending, op):
     """Indices sorting ``input`` along ``dim``, as torch: ties keep their order, NaN counts
     as the largest value.  Returns ``(dim, indices)``."""
@@ -642,18 +654,24 @@ def _order(input, dim, descending, op):
     return d, last - np.flip(np.argsort(np.flip(v, d), axis=d, kind="stable"), d)
 
 
-def _taken(input, d, idx):
-    """``input``'s elements at ``idx`` along ``d``: a gather, so the gradient flows back."""
-    from tapejit.ops.movement import gather
+def _taken(op, input, d, idx):
+    """``input``'s elements at ``idx`` along ``d``, recorded as ``op`` (the gather kernels,
+    keeping no operand value: torch's max/min/sort/topk save only the indices, so an
+    in-place change of the input after them leaves their gradient valid)."""
+    from tapejit.ops.movement import _gather, _plain
     if not input._shape:
         return input * 1 if input._dtype.is_floating_point else _concrete(input._value().copy())
-    return gather(input, d, _concrete(np.array(idx, np.int64)))
+    idx = np.asarray(idx, np.int64)
+    positions = np.take_along_axis(np.arange(input._numel, dtype=np.int64).reshape(input._shape), idx, axis=d)
+    if _plain(input):
+        return _concrete(input._value().reshape(-1)[positions])
+    return _gather(op, input, positions)
 
 
 @export(method=True)
 def sort(input, dim=-1, descending=False, stable=False):
     d, idx = _order(input, dim, descending, "sort")
-    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+    return return_types(_taken(SORT_VALUES, input, d, idx), _concrete(np.array(idx, np.int64)))
 
 
 @export(method=True)
@@ -670,7 +688,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
         raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {size} along dim {dim} "
                            f"of a tensor of shape {list(input._shape)})")
     idx = np.take(idx, np.arange(k), axis=d) if input._shape else idx
-    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+    return return_types(_taken(TOPK_VALUES, input, d, idx), _concrete(np.array(idx, np.int64)))
 
 
 def _check_arg_empty(name, input, dim):
