@@ -701,6 +701,9 @@ def kron(input, other):
 
 @export(method=True)
 def cross(input, other, dim=None):
+    if len(input._shape) != len(other._shape):
+        raise RuntimeError(f"linalg.cross: inputs must have the same number of dimensions. (shapes "
+                           f"{list(input._shape)} and {list(other._shape)})")
     shape = broadcast_shapes("linalg.cross", input._shape, other._shape)
     if dim is None:
         warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
@@ -715,10 +718,8 @@ def cross(input, other, dim=None):
     x = input if input._shape == shape else _expand(input, shape)
     y = other if other._shape == shape else _expand(other, shape)
     if shape[d] != 3:
-        lead = len(shape) - len(input._shape), len(shape) - len(other._shape)
-        sizes = [t._shape[d - k] if d >= k else 1 for t, k in zip((input, other), lead)]
         raise RuntimeError(f"linalg.cross: inputs dimension {dim if dim is not None else d} must have length 3. "
-                           f"Got {sizes[0]} and {sizes[1]}")
+                           f"Got {input._shape[d]} and {other._shape[d]}")
     a = [narrow(x, d, i, 1) for i in range(3)]
     b = [narrow(y, d, i, 1) for i in range(3)]
     return _tj().cat([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]], d)
@@ -772,9 +773,9 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
 # ---- grids and distances ---------------------------------------------------------------------
 
 @export()
-def meshgrid(*tensors, indexing=None):
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
+def meshgrid(*inputs, indexing=None):
+    # (not named ``tensors``: api's check would refuse the list form, meshgrid([x, y]))
+    tensors = tuple(inputs[0]) if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)) else inputs
     if indexing is None:
         warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the indexing argument.",
                       UserWarning, stacklevel=3)

@@ -83,7 +83,7 @@ COMPOSED = [
     ("kron_ndim", lambda m, x, y: x.kron(y), [(3,), (2, 2)]),
     ("cross", lambda m, x, y: m.cross(x, y, dim=1), [(4, 3), (4, 3)]),
     ("cross_neg_bcast", lambda m, x, y: m.cross(x, y, dim=-1),
-     [(2, 1, 3), (4, 3)]),
+     [(2, 1, 3), (1, 4, 3)]),
     ("addmm", lambda m, b, x, y: m.addmm(b, x, y), [(2,), (3, 4), (4, 2)]),
     ("addmm_scaled", lambda m, b, x, y: b.addmm(x, y, beta=0.5, alpha=-2.0), [(3, 2), (3, 4), (4, 2)]),
     ("addmm_beta0", lambda m, b, x, y: m.addmm(b, x, y, beta=0), [(3, 2), (3, 4), (4, 2)]),
@@ -108,7 +108,7 @@ COMPOSED = [
     ("diag_matrix", lambda m, x: m.diag(x, -1), [(3, 4)]),
     ("tril_then_mm", lambda m, x: x.tril() @ x.triu(), [(3, 3)]),
     ("cumprod_cumsum", lambda m, x: x.cumprod(0).cumsum(1), [(3, 4)]),
-    ("cumsum_dtype", lambda m, x: x.float().cumsum(0, dtype=m.float64), [(4,)]),
+    ("cumsum_dtype", lambda m, x: x.cumsum(0, dtype=m.float64), [(4,)]),
     ("scatter_then_gather", lambda m, x, s: x.scatter(0, m.tensor([[1, 0]]), s).gather(0, m.tensor([[1, 1]])),
      [(2, 2), (1, 2)]),
 ]
@@ -271,6 +271,14 @@ def test_histc_of_constant_values_and_edges_match_torch():
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
+def test_cumsum_dtype_casts_first_as_torch():
+    torch = _torch()
+    a = np.random.default_rng(5).uniform(-1, 1, 6).astype(np.float32)
+    ours, theirs = tj.tensor(a).cumsum(0, dtype=tj.float64), torch.tensor(a).cumsum(0, dtype=torch.float64)
+    assert ours.dtype == tj.float64
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_meshgrid_without_indexing_warns_as_torch_and_uses_ij():
     with pytest.warns(UserWarning, match="indexing argument"):
         a, b = tj.meshgrid(tj.tensor([1.0, 2.0]), tj.tensor([3.0, 4.0, 5.0]))
@@ -315,7 +323,7 @@ def test_cumprod_gradient_with_zeros_matches_torch():
 IN_PLACE = [
     ("scatter_", lambda m, x, s: x.scatter_(1, m.tensor([[2], [0]]), s)),
     ("scatter_value_", lambda m, x, s: x.scatter_(1, m.tensor([[2], [0]]), -3.0)),
-    ("scatter_add_", lambda m, x, s: x.scatter_add_(0, m.tensor([[1, 1, 0]]), s)),
+    ("scatter_add_", lambda m, x, s: x.scatter_add_(0, m.tensor([[1], [1]]), s)),
     ("index_add_", lambda m, x, s: x.index_add_(1, m.tensor([2]), s, alpha=2)),
     ("index_copy_", lambda m, x, s: x.index_copy_(1, m.tensor([0]), s)),
     ("index_fill_", lambda m, x, s: x.index_fill_(0, m.tensor([1]), 4.0)),
@@ -408,6 +416,7 @@ ERRORS = [
     ("einsum_dtypes", lambda m, x: m.einsum("ij,jk->ik", x, m.ones(4, 2, dtype=m.float64)), "expected scalar type"),
     ("tensordot_sizes", lambda m, x: m.tensordot(x, x, ([1], [0])), "contracted dimensions need to match"),
     ("cross_length", lambda m, x: m.cross(m.ones(3, 4), m.ones(3, 4), dim=1), "must have length 3"),
+    ("cross_ndim", lambda m, x: m.cross(m.ones(2, 1, 3), m.ones(4, 3), dim=-1), "same number of dimensions"),
     ("baddbmm_sizes", lambda m, x: m.baddbmm(m.ones(2, 3, 3), m.ones(2, 3, 4), m.ones(2, 5, 3)), "batch2"),
     ("addmm_sizes", lambda m, x: m.addmm(m.ones(3, 3), m.ones(3, 4), m.ones(5, 3)), "cannot be multiplied"),
     ("addmm_input", lambda m, x: m.addmm(m.ones(2, 3), m.ones(3, 4), m.ones(4, 3)), "size"),
