@@ -43,7 +43,7 @@ def _gathered(op, x, positions):
     """``x.flatten()[positions]``, recorded as ``op`` (a gather) when it needs a gradient."""
     positions = np.asarray(positions, dtype=np.int64)
     if not x._dtype.is_floating_point or _plain(x):
-        return _concrete(np.ascontiguousarray(x._value().reshape(-1)[positions]))
+        return _concrete(np.array(x._value().reshape(-1)[positions]))   # (ascontiguousarray makes 0-d 1-d)
     return _gather(op, x, positions)
 
 
