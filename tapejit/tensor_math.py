@@ -21,13 +21,10 @@ from tapejit.inplace import apply_inplace
 from tapejit.ops import indexed as _ops
 from tapejit.ops.movement import _gather, _index_values, _plain, _slice_dim
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
-                               float_input, on_tape, record, result_dtype)
+                               on_tape, record, result_dtype)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
 from tapejit.tensor import Tensor, _concrete
-
-_INT_KINDS = "iub"
-
 
 def _tj():
     import tapejit
@@ -73,7 +70,7 @@ def _place(op, shape, base, source, mode, dest, src, fill=0.0):
     return record(op, inputs, tuple(shape), dt, p, q)
 
 
-def _dims(dims, name="dims"):
+def _dims(dims):
     if isinstance(dims, (tuple, list)):
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             return tuple(dims[0])
@@ -598,14 +595,19 @@ def einsum(equation, *operands):
             if seen is None or seen == 1:
                 size[c] = n
             elif n != 1 and n != seen:
-                raise RuntimeError(f"einsum(): subscript {_ascii(c)} has size {n} for operand {i} which does not "
+                shown = c if c.isascii() else "..."
+                raise RuntimeError(f"einsum(): subscript {shown} has size {n} for operand {i} which does not "
                                    f"broadcast with previously seen size {seen}")
     dt = operands[0]._dtype
     for x in operands[1:]:
         if x._dtype is not dt:
-            raise RuntimeError(f"expected scalar type {_TORCH_SCALAR[dt.name]} but found {_TORCH_SCALAR[x._dtype.name]}")
+            raise RuntimeError(f"expected scalar type {_TORCH_SCALAR[dt.name]} but found "
+                               f"{_TORCH_SCALAR[x._dtype.name]}")
     if not dt.is_floating_point:
-        spec = ",".join("".join(_ascii(c) for c in term) for term in letters) + "->" + "".join(_ascii(c) for c in out)
+        # NumPy's einsum takes letters only: the "..." placeholders become unused ones.
+        free = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation)
+        named = {c: c if c.isascii() else next(free) for term in letters for c in term}
+        spec = ",".join("".join(named[c] for c in term) for term in letters) + "->" + "".join(named[c] for c in out)
         return _concrete(np.asarray(np.einsum(spec, *[x._value() for x in operands])))
     items = []
     for term, x in zip(letters, operands):
@@ -646,10 +648,6 @@ def _sum_unneeded(x, term, needed):
     if not gone:
         return x, term
     return x.sum(gone), [c for c in term if c in needed]
-
-
-def _ascii(c):
-    return c if ord(c) < 0x400 else chr(ord("A") + ord(c) - 0x400)   # NumPy's einsum: letters only
 
 
 _TORCH_SCALAR = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}

@@ -201,6 +201,7 @@ INTEGER = [
     ("repeat_interleave_int", lambda m, x: x.repeat_interleave(2)),
     ("repeat_interleave_counts", lambda m, x: m.repeat_interleave(m.tensor([2, 0, 1]))),
     ("einsum_int", lambda m, x: m.einsum("ij,jk->ik", x, x)),
+    ("einsum_int_ellipsis", lambda m, x: m.einsum("...A,Ab->...b", x, x)),
     ("kron_int", lambda m, x: m.kron(x[:2, :2], x[:1])),
     ("count_nonzero", lambda m, x: m.count_nonzero(x - 4)),
     ("count_nonzero_dims", lambda m, x: (x % 2).count_nonzero(dim=(0, 1))),
@@ -223,7 +224,8 @@ INTEGER = [
     ("isclose_int", lambda m, x: m.isclose(x, x + x % 2)),
     ("bitwise_and", lambda m, x: m.bitwise_and(x, 6)), ("bitwise_or", lambda m, x: x.bitwise_or(x * 3)),
     ("bitwise_xor", lambda m, x: m.bitwise_xor(x, x.flip(0))), ("bitwise_not", lambda m, x: m.bitwise_not(x)),
-    ("bitwise_bool", lambda m, x: m.bitwise_and(x > 2, x < 6)), ("bitwise_not_bool", lambda m, x: (x > 2).bitwise_not()),
+    ("bitwise_bool", lambda m, x: m.bitwise_and(x > 2, x < 6)),
+    ("bitwise_not_bool", lambda m, x: (x > 2).bitwise_not()),
     ("bitwise_bool_int", lambda m, x: m.bitwise_or(x > 2, x)),
 ]
 
@@ -376,7 +378,8 @@ def test_functions_and_methods_exist_where_torch_has_them():
              "baddbmm addmm addmv narrow meshgrid cdist take repeat_interleave isclose count_nonzero nonzero "
              "argwhere unique bincount histc scatter scatter_add index_add index_copy index_fill bitwise_and "
              "bitwise_or bitwise_xor bitwise_not fliplr flipud").split()
-    methods = names + "unfold scatter_ scatter_add_ index_add_ index_copy_ index_fill_ tril_ triu_ cumsum_ cumprod_".split()
+    methods = names + ("unfold scatter_ scatter_add_ index_add_ index_copy_ index_fill_ tril_ triu_ cumsum_ "
+                       "cumprod_").split()
     for n in names:
         assert hasattr(tj, n) == hasattr(torch, n), n
     for n in methods:
