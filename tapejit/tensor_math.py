@@ -180,6 +180,34 @@ def diag(input, diagonal=0):
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {nd}D")
 
 
+@export(method=True)
+def diagflat(input, offset=0):
+    return diag_embed(input.reshape(-1), offset, 0, 1)
+
+
+def _triangle_indices(name, row, col, offset, dtype, lower):
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    dt = _dtypes.as_dtype(dtype, name) if dtype is not None else _dtypes.int64
+    if dt is not _dtypes.int64:
+        raise NotImplementedError(f"tapejit: {name}(dtype={dt.name}): only int64 indices are supported")
+    kept = np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, dtype=bool)
+    rows, cols = np.nonzero(kept)
+    return _concrete(np.stack([rows, cols]).astype(np.int64).reshape(2, -1))
+
+
+@export()
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _triangle_indices("tril_indices", row, col, offset, dtype, True)
+
+
+@export()
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _triangle_indices("triu_indices", row, col, offset, dtype, False)
+
+
 def _triangle(op, input, diagonal, lower):
     shape = input._shape
     if len(shape) < 2:

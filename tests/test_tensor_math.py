@@ -115,6 +115,7 @@ COMPOSED = [
     ("einsum_sum_all", lambda m, x: m.einsum("ij->", x), [(2, 3)]),
     ("roll_big_shifts", lambda m, x: m.roll(x, (5, -7), (0, 1)), [(3, 4)]),
     ("diag_embed_offset_2", lambda m, x: m.diag_embed(x, 2), [(2, 2)]),
+    ("diagflat", lambda m, x: m.diagflat(x, -1), [(2, 2)]),
     ("scatter_then_gather", lambda m, x, s: x.scatter(0, m.tensor([[1, 0]]), s).gather(0, m.tensor([[1, 1]])),
      [(2, 2), (1, 2)]),
 ]
@@ -238,6 +239,15 @@ def test_integer_and_bool_results_match_torch(label, fn):
     assert str(ours.dtype).replace("tapejit", "torch") == str(theirs.dtype)
     assert tuple(ours.shape) == tuple(theirs.shape)
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_triangle_indices_match_torch():
+    torch = _torch()
+    for args in ((3, 4), (3, 4, 1), (4, 3, -1), (0, 0), (1, 5, -2), (5, 2, 7)):
+        for name in ("tril_indices", "triu_indices"):
+            ours, theirs = getattr(tj, name)(*args), getattr(torch, name)(*args)
+            assert ours.dtype == tj.int64
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
 def test_unique_options_match_torch():
@@ -377,7 +387,7 @@ def test_functions_and_methods_exist_where_torch_has_them():
     names = ("tril triu flip roll rot90 diag diagonal diag_embed trace cumprod cumsum einsum tensordot kron cross "
              "baddbmm addmm addmv narrow meshgrid cdist take repeat_interleave isclose count_nonzero nonzero "
              "argwhere unique bincount histc scatter scatter_add index_add index_copy index_fill bitwise_and "
-             "bitwise_or bitwise_xor bitwise_not fliplr flipud").split()
+             "bitwise_or bitwise_xor bitwise_not fliplr flipud diagflat tril_indices triu_indices").split()
     methods = names + ("unfold scatter_ scatter_add_ index_add_ index_copy_ index_fill_ tril_ triu_ cumsum_ "
                        "cumprod_").split()
     for n in names:
@@ -447,6 +457,7 @@ ERRORS = [
     ("bitwise_float", lambda m, x: m.bitwise_and(x, x), "not implemented for 'Float'"),
     ("bitwise_not_float", lambda m, x: m.bitwise_not(x), "not implemented for 'Float'"),
     ("isclose_dtypes", lambda m, x: m.isclose(x, x.double()), "did not match"),
+    ("tril_indices_negative", lambda m, x: m.tril_indices(-1, 2), "row must be non-negative"),
 ]
 
 
