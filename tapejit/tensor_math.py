@@ -17,7 +17,7 @@ import numpy as np
 
 from tapejit import dtypes as _dtypes
 from tapejit.api import export
-from tapejit.inplace import apply_inplace
+from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
 from tapejit.ops.movement import _gather, _index_values, _plain, _slice_dim
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
@@ -520,16 +520,8 @@ def index_fill(input, dim, index, value):
     return _place(_ops.INDEX_FILL, input._shape, input, None, 2, dest, None, float(value))
 
 
-def _in_place_form(name, fn):
-    def method(input, *args, **kwargs):
-        return apply_inplace(input, lambda: fn(input, *args, **kwargs), name)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``{fn.__name__}`` in place."
-    return method
-
-
 for _fn in (scatter, scatter_add, index_add, index_copy, index_fill, tril, triu):
-    export(_in_place_form(_fn.__name__ + "_", _fn), method=True, function=False)
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)
 
 
 # ---- products: einsum, tensordot, kron, cross, addmm, baddbmm, addmv -------------------------
