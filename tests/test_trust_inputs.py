@@ -401,6 +401,7 @@ def test_complex_data_is_a_type_error():
 
 _X = "L.tensor([[1., 2.], [3., 4.]])"
 _V = "L.tensor([1., 2.])"
+_I = "L.tensor([[1, 2], [3, 4]])"
 _VALID = {   # a valid argument for each parameter name (source text, L the library)
     "input": _X, "tensor": _X, "other": _X, "exponent": _X, "mat2": _X, "vec": _V, "vec2": _V,
     "index": "L.tensor([[0, 1], [1, 0]])", "mask": f"{_X} > 2", "condition": f"{_X} > 2", "value": "1.0",
@@ -415,6 +416,13 @@ _SPECIAL = {   # front ends whose arguments need more than their names
     "clamp": {"min": "0.0"}, "clip": {"min": "0.0"}, "clamp_": {"min": "0.0"}, "unflatten": {"dim": "1", "sizes": "(1, 2)"},
     "reshape": {"*shape": "4"}, "view": {"*shape": "4"}, "permute": {"*dims": "1, 0"}, "expand": {"*sizes": "2, 2"},
     "repeat": {"*sizes": "1, 1"},
+    "bitwise_and": {"self": _I, "input": _I, "other": _I}, "bitwise_or": {"self": _I, "input": _I, "other": _I},
+    "bitwise_xor": {"self": _I, "input": _I, "other": _I}, "bitwise_not": {"input": _I},
+    "bincount": {"self": "L.tensor([0, 1, 1])", "input": "L.tensor([0, 1, 1])"},
+    "repeat_interleave": {"input": "L.tensor([1, 2])"},
+    "cross": {"self": "L.ones(2, 3)", "input": "L.ones(2, 3)", "other": "L.ones(2, 3)", "dim": "1"},
+    "index_fill": {"index": "L.tensor([1, 0])"}, "index_fill_": {"index": "L.tensor([1, 0])"},
+    "scatter": {"src": _X}, "scatter_": {"src": _X},
 }
 # torch's Python-level functions, which fail on a non-tensor with an AttributeError
 _TORCH_ATTRIBUTE_ERROR = {"split", "norm"}

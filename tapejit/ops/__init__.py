@@ -13,3 +13,4 @@ from tapejit.ops import (  # noqa: F401
     rnn,
 )
 from tapejit.ops import special, linalg_small  # noqa: F401,E402
+from tapejit.ops import indexed  # noqa: F401,E402

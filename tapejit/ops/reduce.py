@@ -795,15 +795,4 @@ def any(input, dim=None, keepdim=False):
     return _concrete(np.asarray(v.any() if dim is None else v.any(axis=dim, keepdims=keepdim)))
 
 
-@export(method=True)
-def cumsum(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = input.to(_as_dtype(dtype, "cumsum"))
-    if input._rg:
-        raise NotImplementedError("tapejit: cumsum is not differentiable yet")
-    v = input._value()
-    # torch sums bools as int64; NumPy's cumsum of bools is the platform int
-    return _concrete(np.cumsum(v, axis=dim, dtype=np.int64 if v.dtype == np.bool_ else None))
-
-
 del _dtypes, _cast
