@@ -121,8 +121,10 @@ def cofactors_svd(m):
         for j in range(n):
             if j != i:
                 c[i] *= s[j]
-    sign = np.linalg.det(u) * np.linalg.det(vh)
-    return np.dot(u * c, vh) * sign
+    cof = np.dot(u * c, vh)
+    if np.linalg.det(u) * np.linalg.det(vh) < 0:   # det(U) det(Vh) = +-1 (a float64 for float32 input)
+        cof = -cof
+    return cof
 
 
 @helper
@@ -672,315 +674,31 @@ EIGH_PART = define_kernel(
                    [(3, 3)], spread_spectrum)))
 
 
-# ---- front ends ---------------------------------------------------------------------------
-from collections import namedtuple  # noqa: E402
-
+# ---- torch's functions and Tensor methods outside torch.linalg ---------------------------------
+# The front ends are in tapejit/linalg.py: this module's text is hashed into the compiled
+# sweeps, so an argument check edited there does not recompile them.
 from tapejit.api import export  # noqa: E402
-from tapejit.ops.linalg_small import LinAlgError, _batch_and_square  # noqa: E402
-from tapejit.recording import broadcast_shapes, eager, expand, on_tape, operand, record  # noqa: E402
-from tapejit.shapes import numel  # noqa: E402
-from tapejit.tape import current as _current, state as _state  # noqa: E402
-from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
-
-# torch.return_types' names and fields
-linalg_slogdet = namedtuple("linalg_slogdet", ["sign", "logabsdet"])
-slogdet_result = namedtuple("slogdet", ["sign", "logabsdet"])
-linalg_qr = namedtuple("linalg_qr", ["Q", "R"])
-linalg_svd = namedtuple("linalg_svd", ["U", "S", "Vh"])
-linalg_eigh = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
-
-_TORCH_NAME = {"int64": "Long", "bool": "Bool", "int32": "Int", "int16": "Short", "int8": "Char",
-               "uint8": "Byte", "float32": "Float", "float64": "Double"}
 
 
-def _type_name(dt):
-    return _TORCH_NAME.get(dt.name, dt.name)
-
-
-def check_float(A, fn):
-    if not isinstance(A, Tensor):
-        raise TypeError(f"{fn}(): argument 'A' (position 1) must be Tensor, not {type(A).__name__}")
-    if not A._dtype.is_floating_point:
-        raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. Got {_type_name(A._dtype)}")
-
-
-def _square_record(op, A, batch, n, shape):
-    if not on_tape(A):
-        return eager(_square_record, op, A, batch, n, shape)
-    tape = _state.tape or _current()
-    p = tape.add_ints((batch, n))
-    return record(op, (A,), shape, A._dtype, p, 0)
-
-
-def _region(op, A, ints, total, shape=None):
-    """One record of ``op`` on ``A`` whose result region holds ``total`` values; the tensor
-    is its first result of ``shape`` (the whole region, flat, when None)."""
-    tape = _state.tape or _current()
-    dt = A._dtype
-    p = tape.add_ints(ints)
-    rg = _state.grad and A._rg
-    src = A._off if (A._tape is tape and A._dtype is dt) else operand(tape, A, dt)
-    off = tape.alloc(dt.arena, total)
-    tape.append(op.opcode * 2 + dt.arena, off, src if rg else ~src, -1, p, 0)
-    tape.groups |= op.bit
-    shape = (total,) if shape is None else tuple(shape)
-    return _taped(tape, off, shape, numel(shape), dt, rg)
-
-
-def _layout(shapes):
-    offsets, at = [], 0
-    for s in shapes:
-        offsets.append(at)
-        at += max(numel(s), 1)      # distinct offsets: a part's flag byte is its own
-    return offsets, at
-
-
-def _decompose(op, part_op, A, head, shapes, wanted=None):
-    """The results of a multi-result record, as tensors of ``shapes``: ``ints`` are ``head``
-    then the offsets of results 1.. in the region.  ``wanted``: indices of the results the
-    caller returns (others get no part record; None: all)."""
-    offsets, total = _layout(shapes)
-    ints = list(head) + offsets[1:]
-    wanted = range(len(shapes)) if wanted is None else wanted
-    if not on_tape(A):
-        flat = eager(_region, op, A, ints, total)._data
-        return [_concrete(flat[offsets[i]:offsets[i] + numel(shapes[i])].reshape(shapes[i]).copy())
-                if i in wanted else None for i in range(len(shapes))]
-    first = _region(op, A, ints, total, shapes[0])
-    tape = first._tape
-    outs = [first]
-    for i in range(1, len(shapes)):
-        if i not in wanted:
-            outs.append(None)
-            continue
-        p = tape.add_ints((offsets[i], numel(shapes[i]), first._numel))
-        outs.append(record(part_op, (first,), shapes[i], A._dtype, p, 0))
-    return outs
-
-
-def _batch_prefix(i, batch):
-    return f"(Batch element {i}): " if batch > 1 else ""
-
-
-def _readable():
-    return _state.trace is None     # tj.compile cannot read values: there failures give NaN
-
-
-def _getrf_zero_pivot(m):
-    """LAPACK getrf's info for ``m``: the 1-based index of U's first zero diagonal element, 0
-    if none (torch's singularity test for inv and solve)."""
-    from scipy.linalg import get_lapack_funcs
-    getrf, = get_lapack_funcs(("getrf",), (m,))
-    _, _, info = getrf(m)
-    return int(info)
-
-
-def _raise_if_singular(fn, A, X, batch, n):
-    """After ``inv``/``solve``: a result holding NaN comes from a non-finite input (torch
-    gives NaN too) or a singular matrix (torch raises)."""
-    x = X.detach().numpy()
-    if not np.isnan(x).any():
-        return
-    a = A.detach().numpy().reshape(batch, n, n)
-    bad = np.isnan(x.reshape(batch, -1)).any(axis=1)
-    for i in np.flatnonzero(bad):
-        if not np.isfinite(a[i]).all():
-            continue
-        info = _getrf_zero_pivot(a[i])
-        if info > 0:
-            where = _batch_prefix(i, batch)
-            if fn == "linalg.inv":
-                raise LinAlgError(f"linalg.inv: {where}The diagonal element {info} is zero, the inversion could "
-                                  f"not be completed because the input matrix is singular.")
-            raise LinAlgError(f"torch.linalg.solve: {where}The solver failed because the input matrix is singular.")
-
-
-def inv(A):
-    """``torch.linalg.inv``: the inverse of each square matrix; a singular one raises
-    ``LinAlgError`` with torch's text."""
-    check_float(A, "linalg.inv")
-    batch, n = _batch_and_square(A, "linalg.inv")
-    X = _square_record(INV, A, batch, n, A._shape)
-    if _readable() and batch * n:
-        _raise_if_singular("linalg.inv", A, X, batch, n)
-    return X
-
-
-def det(A):
-    check_float(A, "linalg.det")
-    batch, n = _batch_and_square(A, "linalg.det")
-    return _square_record(DET, A, batch, n, A._shape[:-2])
-
-
-def slogdet(A, result=linalg_slogdet):
-    check_float(A, "linalg.slogdet")
-    batch, n = _batch_and_square(A, "linalg.slogdet")
-    shape = A._shape[:-2]
-    sign, logabsdet = _decompose(SLOGDET, SLOGDET_PART, A, (batch, n), [shape, shape])
-    return result(sign, logabsdet)
-
-
-def logdet(A):
-    """``torch.logdet``: ``log(det(A))``, NaN where the determinant is negative; torch's
-    composite: ``where`` of slogdet's results."""
-    from tapejit.ops.movement import where
-    check_float(A, "logdet")
-    sign, logabsdet = slogdet(A)
-    return where(sign < 0, float("nan"), logabsdet)
-
-
-def solve(A, B, left=True):
-    """``torch.linalg.solve``: ``X = A^-1 B`` (``X A = B`` with ``left=False``); ``B`` is a
-    batch of vectors when 1-D or of ``A``'s shape without the last dimension, as torch
-    reads it; batch dimensions broadcast."""
-    check_float(A, "linalg.solve")
-    check_float(B, "linalg.solve")
-    if A._dtype is not B._dtype:
-        raise RuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but found A of type "
-                           f"{_type_name(A._dtype)} and B of type {_type_name(B._dtype)} instead")
-    _batch_and_square(A, "linalg.solve")
-    n = A._shape[-1]
-    # torch's reading: a vector, or a batch of them, when B is 1-D or A's shape minus its last dim
-    vector = len(B._shape) == 1 or (len(B._shape) == len(A._shape) - 1 and B._shape == A._shape[:-1])
-    if vector:
-        rows, k, tail = n, 1, (n,)
-    else:
-        if len(B._shape) < 2:
-            raise RuntimeError("linalg.solve: The input tensor B must have at least 2 dimensions.")
-        k = B._shape[-1] if left else B._shape[-2]
-        rows = B._shape[-2] if left else B._shape[-1]
-        tail = B._shape[-2:]
-    if rows != n:
-        shape_b = f"{B._shape[-1]}" if vector else f"{B._shape[-2]}x{B._shape[-1]}"
-        equation = "AX = B" if left else "XA = B"
-        raise RuntimeError(f"linalg.solve: Incompatible shapes of A and B for the equation {equation} "
-                           f"({A._shape[-2]}x{A._shape[-1]} and {shape_b})")
-    batch_shape = broadcast_shapes("linalg.solve", A._shape[:-2], B._shape[:-len(tail)])
-    if A._shape[:-2] != batch_shape:
-        A = expand(A, batch_shape + (n, n))
-    if B._shape[:-len(tail)] != batch_shape:
-        B = expand(B, batch_shape + tail)
-    batch = numel(batch_shape)
-    X = _solve(A, B, batch, n, k, 1 if left else 0, batch_shape + tail)
-    if _readable() and batch * n * k:
-        _raise_if_singular("linalg.solve", A, X, batch, n)
-    return X
-
-
-def _solve(A, B, batch, n, k, left, shape):
-    if not on_tape(A, B):
-        return eager(_solve, A, B, batch, n, k, left, shape)
-    tape = _state.tape or _current()
-    p = tape.add_ints((batch, n, k, left))
-    return record(SOLVE, (A, B), shape, A._dtype, p, 0)
-
-
-def _matrix_batch(A, fn):
-    if len(A._shape) < 2:
-        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
-    return numel(A._shape[:-2]), A._shape[-2], A._shape[-1]
-
-
-def qr(A, mode="reduced"):
-    """``torch.linalg.qr``: Householder QR as LAPACK's (R's diagonal may be negative), so the
-    factors are torch's.  ``mode='r'`` gives an empty Q, as torch; unlike torch its R stays
-    differentiable (Q is computed anyway)."""
-    if mode not in ("reduced", "complete", "r"):
-        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), "
-                           f"'r', or 'complete'")
-    check_float(A, "linalg.qr")
-    batch, m, n = _matrix_batch(A, "linalg.qr")
-    k = min(m, n)
-    kq = m if mode == "complete" else k
-    if kq > k and _state.grad and A._rg:
-        raise RuntimeError("The QR decomposition is not differentiable when mode='complete' and nrows > ncols.")
-    bs = A._shape[:-2]
-    Q, R = _decompose(QR, QR_PART, A, (batch, m, n, kq), [bs + (m, kq), bs + (kq, n)],
-                      wanted=(1,) if mode == "r" else None)
-    if mode == "r":
-        Q = _concrete(np.empty((0,), A._dtype.np))
-    return linalg_qr(Q, R)
-
-
-def _raise_if_not_finite(fn, A, message, lower=None):
-    """``lower``: the triangle a symmetric routine reads (True lower, False upper)."""
-    if not _readable() or A._numel == 0:
-        return
-    a = A.detach().numpy()
-    a = a.reshape((-1,) + a.shape[-2:])
-    if lower is not None:
-        a = np.tril(a) if lower else np.triu(a)
-    ok = np.isfinite(a).all(axis=(1, 2))
-    if not ok.all():
-        i = int(np.flatnonzero(~ok)[0])
-        raise LinAlgError(f"{fn}: {_batch_prefix(i, a.shape[0])}{message}")
-
-
-_SVD_NOT_FINITE = "The algorithm failed to converge because the input matrix contained non-finite values."
-
-
-def _svd(A, full_matrices, wanted):
-    check_float(A, "linalg.svd")
-    batch, m, n = _matrix_batch(A, "linalg.svd")
-    _raise_if_not_finite("linalg.svd", A, _SVD_NOT_FINITE)
-    k = min(m, n)
-    ku, kv = (m, n) if full_matrices else (k, k)
-    bs = A._shape[:-2]
-    return _decompose(SVD, SVD_PART, A, (batch, m, n, k, ku, kv), [bs + (k,), bs + (m, ku), bs + (kv, n)],
-                      wanted)
-
-
-def svd(A, full_matrices=True):
-    """``torch.linalg.svd``: ``(U, S, Vh)`` from LAPACK's gesdd (singular vectors are defined
-    up to sign; with ``full_matrices`` the gradients of the columns past ``min(m, n)`` are
-    ignored, as torch does)."""
-    S, U, Vh = _svd(A, full_matrices, None)
-    return linalg_svd(U, S, Vh)
-
-
-def svdvals(A):
-    return _svd(A, False, (0,))[0]
-
-
-def _eigh(A, UPLO, wanted):
-    if UPLO not in ("L", "U"):
-        raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
-    check_float(A, "linalg.eigh")
-    batch, n = _batch_and_square(A, "linalg.eigh")
-    _raise_if_not_finite("linalg.eigh", A, "The algorithm failed to converge because the input matrix is "
-                         "ill-conditioned or has too many repeated eigenvalues (it has non-finite values).",
-                         lower=UPLO == "L")
-    bs = A._shape[:-2]
-    return _decompose(EIGH, EIGH_PART, A, (batch, n, 1 if UPLO == "U" else 0), [bs + (n,), bs + (n, n)], wanted)
-
-
-def eigh(A, UPLO="L"):
-    """``torch.linalg.eigh``: ascending eigenvalues and orthonormal eigenvectors (columns,
-    each defined up to sign) of the symmetric matrix whose ``UPLO`` triangle is read."""
-    L, Q = _eigh(A, UPLO, None)
-    return linalg_eigh(L, Q)
-
-
-def eigvalsh(A, UPLO="L"):
-    return _eigh(A, UPLO, (0,))[0]
-
-
-# torch's functions and Tensor methods outside torch.linalg
 @export(method=True)
 def inverse(input):
+    from tapejit.linalg import inv
     return inv(input)
 
 
-@export(name="det", method=True)
-def _det_fn(input):
-    return det(input)
+@export(method=True)
+def det(input):
+    from tapejit.linalg import _det
+    return _det(input)
 
 
-@export(name="slogdet", method=True)
-def _slogdet_fn(input):
-    return slogdet(input, slogdet_result)
+@export(method=True)
+def slogdet(input):
+    from tapejit.linalg import _slogdet, slogdet_result
+    return _slogdet(input, slogdet_result)
 
 
-@export(name="logdet", method=True)
-def _logdet_fn(input):
-    return logdet(input)
+@export(method=True)
+def logdet(input):
+    from tapejit.linalg import _logdet
+    return _logdet(input)
