@@ -204,7 +204,7 @@ def test_float32_stays_float32_and_close_to_float64():
     a = _well(_rng(8), 2, 3, 3)
     for fn in (lambda x: tj.linalg.inv(x), lambda x: tj.linalg.det(x), lambda x: tj.linalg.slogdet(x).logabsdet,
                lambda x: tj.linalg.solve(x, x[..., 0]), lambda x: tj.linalg.qr(x).R, lambda x: tj.linalg.svdvals(x),
-               lambda x: tj.linalg.eigvalsh(x + x.mT), lambda x: tj.linalg.norm(x, "nuc"),
+               lambda x: tj.linalg.eigvalsh(x + x.mT), lambda x: tj.linalg.matrix_norm(x, "nuc"),
                lambda x: tj.linalg.matrix_norm(x, 1)):
         results = []
         for dt in (tj.float32, tj.float64):
