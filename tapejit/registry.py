@@ -61,7 +61,7 @@ BY_NAME: dict = {}
 # "sum" (sum and mean: every loss) is apart from "reduce" (max, prod, norm, logsumexp, ...)
 # so that a typical program's first gradient does not compile the rarer reductions.
 GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "special", "elementary", "conv",
-          "norm", "rnn")
+          "norm", "rnn", "decomp")
 _MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
                  "linalg": "linalg", "activation": "activation", "unary": "math", "special": "special",
                  "conv": "conv", "pool": "conv", "norm": "norm", "rnn": "rnn"}

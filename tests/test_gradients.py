@@ -80,6 +80,11 @@ LAST_OP = {
     "bmm-matmul_3d2d": "mm",           # (B, m, k) @ (k, n) folds the batch into one mm
     "linear-linear_3d": "reshape",     # the 2-D product viewed back to the batch shape
     "linear-linear_vec": "reshape",
+    # singular vectors are defined up to sign: their samples square them
+    "svd_part-svd_u_squared": "mul",
+    "svd_part-svd_vh_squared": "mul",
+    "svd_part-svd_full_u_squared": "mul",
+    "eigh_part-eigh_vectors_squared": "mul",
 }
 
 # Cases where PyTorch's last autograd node is an artefact of how PyTorch decomposes the call

@@ -12,5 +12,5 @@ from tapejit.ops import (  # noqa: F401
     norm,
     rnn,
 )
-from tapejit.ops import special, linalg_small  # noqa: F401,E402
+from tapejit.ops import special, linalg_small, linalg_dense  # noqa: F401,E402
 from tapejit.ops import indexed  # noqa: F401,E402

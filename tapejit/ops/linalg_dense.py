@@ -1,0 +1,704 @@
+"""Dense matrix functions and factorisations of ``torch.linalg`` with torch's gradients:
+``inv``, ``det``, ``slogdet``, ``solve``, ``qr``, ``svd`` and ``eigh``.
+
+A record works on a batch of contiguous row-major matrices (its ``ints[p]`` = batch size,
+then the sizes).  The forward kernels call LAPACK through Numba's ``np.linalg`` one matrix
+at a time; the backward kernels are torch's formulas (``FunctionsManual.cpp``) written with
+``np.dot`` on the same matrices.  Numba's ``np.linalg`` raises on non-finite input and on a
+singular matrix (``inv``, ``solve``), which would abort a sweep with NumPy's error, so the
+kernels test first and write NaN instead; the front ends raise torch's ``LinAlgError``
+before recording when they can read the value (not inside ``tj.compile``).
+
+Decompositions with several results (slogdet, qr, svd, eigh) are one record whose region
+holds every result, the first of them the record's tensor; the others are taken out by a
+``*_part`` record (same grad_fn name as torch's one node), as ``lstm_c`` takes an LSTM's
+cell state (``rnn.py``): its backward zeroes the first result's adjoint if nothing else
+wrote it and marks the flag byte at its own result, so the decomposition's backward knows
+which results received a gradient.  That matters where torch's formula depends on which
+gradients are defined: ``svdvals`` and ``eigvalsh`` of a matrix with repeated values have
+a gradient, ``U``'s and ``Q``'s do not (division by the gaps).  So the first result is
+always the one whose zero gradient changes nothing: S for svd, the eigenvalues for eigh.
+These kernels are in their own group, "decomp": LAPACK calls are slow to compile.
+"""
+import numpy as np
+
+from tapejit._jit import helper, kernel
+from tapejit.ops._kernel_helpers import acc
+from tapejit.registry import define_kernel, same_kernels
+from tapejit.samples import cases
+
+GROUP = "decomp"
+
+
+def well_conditioned(rng, shape):
+    """Square matrices with a dominant diagonal (far from singular), other shapes uniform."""
+    m = rng.uniform(-1.0, 1.0, size=shape)
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        m = m + np.eye(shape[-1]) * rng.choice([-1.0, 1.0], size=shape[:-1])[..., None] * 2.5
+    return m
+
+
+def spread_spectrum(rng, shape):
+    """Matrices whose singular values (and, symmetrised, eigenvalues) are well apart: a
+    random orthogonal product of values 1, 2.2, 3.4, ... (gradients divide by their gaps)."""
+    *batch, m, n = shape
+    out = np.empty(shape)
+    for idx in np.ndindex(*batch):
+        k = min(m, n)
+        u, _ = np.linalg.qr(rng.normal(size=(m, m)))
+        w, _ = np.linalg.qr(rng.normal(size=(n, n)))
+        s = 1.0 + 1.2 * np.arange(k) + rng.uniform(0, 0.3, size=k)
+        out[idx] = (u[:, :k] * s) @ w[:k, :]
+    return out
+
+
+# ---- shared helpers ---------------------------------------------------------------------
+
+@helper
+def load(v, start, rows, cols):
+    m = np.empty((rows, cols), v.dtype)
+    for i in range(rows):
+        for j in range(cols):
+            m[i, j] = v[start + i * cols + j]
+    return m
+
+
+@helper
+def store(v, start, m):
+    rows, cols = m.shape
+    for i in range(rows):
+        for j in range(cols):
+            v[start + i * cols + j] = m[i, j]
+
+
+@helper
+def fill(v, start, size, value):
+    for i in range(size):
+        v[start + i] = value
+
+
+@helper
+def add_into(g, start, m, mode):
+    rows, cols = m.shape
+    for i in range(rows):
+        for j in range(cols):
+            acc(g, start + i * cols + j, m[i, j], mode)
+
+
+@helper
+def finite(m):
+    for x in m.ravel():
+        if not np.isfinite(x):
+            return False
+    return True
+
+
+@helper
+def invertible(m):
+    """Whether LU finds no zero pivot (Numba's inv and solve raise there)."""
+    sign, _ = np.linalg.slogdet(m)
+    return sign != 0
+
+
+@helper
+def inverse_transpose(m):
+    """``A^-T``; for a singular ``A`` the adjugate over zero (infinities, as torch's LU
+    solve gives), from the SVD."""
+    if invertible(m):
+        return np.ascontiguousarray(np.linalg.inv(m).T)
+    cof = cofactors_svd(m)
+    return cof / np.zeros_like(cof)
+
+
+@helper
+def cofactors_svd(m):
+    """The cofactor matrix ``det(A) A^-T`` of any square ``A`` (torch's singular-case path):
+    with ``A = U S Vh``, ``det(U) det(Vh) U diag(prod_{j != i} S_j) Vh``."""
+    u, s, vh = np.linalg.svd(m, True)
+    n = s.shape[0]
+    c = np.ones(n, m.dtype)
+    for i in range(n):
+        for j in range(n):
+            if j != i:
+                c[i] *= s[j]
+    cof = np.dot(u * c, vh)
+    if np.linalg.det(u) * np.linalg.det(vh) < 0:   # det(U) det(Vh) = +-1 (a float64 for float32 input)
+        cof = -cof
+    return cof
+
+
+@helper
+def solve_upper_right(b, r):
+    """``X R^T = B`` for upper-triangular ``R`` (k x k): ``X = B R^-T``, by back substitution
+    (a zero on R's diagonal gives infinities, never an exception)."""
+    rows, k = b.shape
+    x = np.empty((rows, k), b.dtype)
+    for i in range(rows):
+        for j in range(k - 1, -1, -1):
+            s = b[i, j]
+            for c in range(j + 1, k):
+                s -= x[i, c] * r[j, c]
+            x[i, j] = s / r[j, j]
+    return x
+
+
+@helper
+def qr_square_backward(gq, gr, q, r):
+    """torch's QR gradient for ``m >= n`` (``k = n``): ``(gQ + Q copyltu(M)) R^-T`` with
+    ``M = R gR^T - gQ^T Q`` and ``copyltu(M) = tril(M) + tril(M, -1)^T``."""
+    mm = np.dot(r, np.ascontiguousarray(gr.T)) - np.dot(np.ascontiguousarray(gq.T), q)
+    k = mm.shape[0]
+    sym = np.empty((k, k), mm.dtype)
+    for i in range(k):
+        for j in range(k):
+            sym[i, j] = mm[i, j] if j <= i else mm[j, i]
+    return solve_upper_right(gq + np.dot(q, sym), r)
+
+
+# ---- inv --------------------------------------------------------------------------------
+
+@kernel
+def inv_forward(v, out, a, b, p, q, ints, floats):
+    batch = ints[p]
+    n = ints[p + 1]
+    for t in range(batch):
+        if n == 0:
+            continue
+        m = load(v, a + t * n * n, n, n)
+        if finite(m) and invertible(m):
+            store(v, out + t * n * n, np.linalg.inv(m))
+        else:
+            fill(v, out + t * n * n, n * n, np.nan)
+
+
+@kernel
+def inv_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # gA = -X^T gX X^T
+    if ma == 0:
+        return
+    batch = ints[p]
+    n = ints[p + 1]
+    for t in range(batch):
+        x = load(v, out + t * n * n, n, n)
+        gx = load(g, out + t * n * n, n, n)
+        xt = np.ascontiguousarray(x.T)
+        add_into(g, a + t * n * n, -np.dot(np.dot(xt, gx), xt), ma)
+
+
+INV = define_kernel(
+    "inv", "LinalgInvExBackward0", inv_forward, inv_backward, saved="o", operands=1, group=GROUP,
+    samples=cases(("inv", lambda tj, m: tj.linalg.inv(m), [(3, 3)], well_conditioned),
+                  ("inv_batch", lambda tj, m: tj.linalg.inv(m), [(2, 3, 3)], well_conditioned),
+                  ("inverse_method", lambda tj, m: m.inverse(), [(2, 2)], well_conditioned)))
+
+
+# ---- det --------------------------------------------------------------------------------
+
+@kernel
+def det_forward(v, out, a, b, p, q, ints, floats):
+    batch = ints[p]
+    n = ints[p + 1]
+    for t in range(batch):
+        m = load(v, a + t * n * n, n, n)
+        if n == 0:
+            v[out + t] = 1.0
+        elif finite(m):
+            v[out + t] = np.linalg.det(m)
+        else:
+            v[out + t] = np.nan
+
+
+@kernel
+def det_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # gA = g det(A) A^-T, the cofactors; from the SVD where A is singular, as torch
+    if ma == 0:
+        return
+    batch = ints[p]
+    n = ints[p + 1]
+    for t in range(batch):
+        m = load(v, a + t * n * n, n, n)
+        gd = g[out + t]
+        if not finite(m):
+            cof = np.full((n, n), np.nan, m.dtype)
+        elif invertible(m):
+            cof = np.ascontiguousarray(np.linalg.inv(m).T) * v[out + t]
+        else:
+            cof = cofactors_svd(m)
+        add_into(g, a + t * n * n, cof * gd, ma)
+
+
+DET = define_kernel(
+    "det", "LinalgDetBackward0", det_forward, det_backward, saved="ao", operands=1, group=GROUP,
+    samples=cases(("det", lambda tj, m: tj.linalg.det(m), [(3, 3)], well_conditioned),
+                  ("det_batch", lambda tj, m: tj.det(m), [(2, 2, 3, 3)], well_conditioned),
+                  ("det_method", lambda tj, m: m.det(), [(4, 4)], well_conditioned),
+                  ("det_singular", lambda tj, m: tj.linalg.det(m[..., :1] * m[..., :1, :]), [(3, 3)],
+                   well_conditioned)))
+
+
+# ---- multi-result records: the part kernels -------------------------------------------------
+
+@kernel
+def part_forward(v, out, a, b, p, q, ints, floats):
+    src = a + ints[p]
+    for i in range(ints[p + 1]):
+        v[out + i] = v[src + i]
+
+
+@kernel
+def part_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # [offset of the result in the record's region, its size, the first result's size]
+    if ma == 0:
+        return
+    if ma == 1:   # the first gradient to reach the record: its first result's adjoint is zero
+        fill(g, a, ints[p + 2], 0.0)
+    m = a + ints[p]
+    n = ints[p + 1]
+    if n == 0:
+        return
+    if flags[m] == 0:
+        flags[m] = 1
+        for i in range(n):
+            g[m + i] = g[out + i]
+    else:
+        for i in range(n):
+            g[m + i] += g[out + i]
+
+
+@helper
+def part_gradient(g, flags, start, rows, cols):
+    """The adjoint of a result taken out by a part record, or None if none arrived; clears
+    the part's mark."""
+    if rows * cols == 0 or flags[start] == 0:
+        return False, np.zeros((rows, cols), g.dtype)
+    flags[start] = 0
+    return True, load(g, start, rows, cols)
+
+
+# ---- slogdet ----------------------------------------------------------------------------
+
+@kernel
+def slogdet_forward(v, out, a, b, p, q, ints, floats):
+    # region: [sign (batch) | logabsdet (batch) at ints[p + 2]]
+    batch = ints[p]
+    n = ints[p + 1]
+    lad = out + ints[p + 2]
+    for t in range(batch):
+        m = load(v, a + t * n * n, n, n)
+        if n == 0:
+            v[out + t] = 1.0
+            v[lad + t] = 0.0
+        elif finite(m):
+            sign, logabs = np.linalg.slogdet(m)
+            v[out + t] = sign
+            v[lad + t] = logabs
+        else:   # torch's values for a NaN matrix
+            v[out + t] = 0.0
+            v[lad + t] = np.nan
+
+
+@kernel
+def slogdet_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # The sign is piecewise constant: only logabsdet's gradient counts, gA = g A^-T.
+    batch = ints[p]
+    n = ints[p + 1]
+    has, glog = part_gradient(g, flags, out + ints[p + 2], 1, batch)
+    if ma == 0 or not has:
+        if ma == 1:
+            fill(g, a, batch * n * n, 0.0)
+        return
+    for t in range(batch):
+        m = load(v, a + t * n * n, n, n)
+        if finite(m):
+            grad = inverse_transpose(m) * glog[0, t]
+        else:
+            grad = np.full((n, n), np.nan, m.dtype)
+        add_into(g, a + t * n * n, grad, ma)
+
+
+SLOGDET = define_kernel(
+    "slogdet", "LinalgSlogdetBackward0", slogdet_forward, slogdet_backward, saved="a", operands=1, group=GROUP,
+    samples=cases(("slogdet_logabsdet", lambda tj, m: tj.linalg.slogdet(m).logabsdet, [(3, 3)], well_conditioned),
+                  ("slogdet_sign", lambda tj, m: tj.linalg.slogdet(m)[0], [(2, 2)], well_conditioned)))
+SLOGDET_PART = define_kernel(
+    "slogdet_part", "LinalgSlogdetBackward0", part_forward, part_backward, saves=False, operands=1, group=GROUP,
+    samples=cases(("slogdet_batch", lambda tj, m: tj.linalg.slogdet(m)[1], [(2, 3, 3)], well_conditioned),
+                  ("slogdet_fn", lambda tj, m: tj.slogdet(m).logabsdet, [(2, 2)], well_conditioned)))
+
+
+# ---- solve ------------------------------------------------------------------------------
+
+@kernel
+def solve_forward(v, out, a, b, p, q, ints, floats):
+    # ints[p + 3]: 1 for A X = B (B, X: n x k), 0 for X A = B (B, X: k x n, solved as
+    # A^T X^T = B^T); a 1-D B is a column (left) or a row (right) of the same memory
+    batch = ints[p]
+    n = ints[p + 1]
+    k = ints[p + 2]
+    left = ints[p + 3] != 0
+    for t in range(batch):
+        if n * k == 0:
+            continue
+        m = load(v, a + t * n * n, n, n)
+        if left:
+            rhs = load(v, b + t * n * k, n, k)
+        else:
+            m = np.ascontiguousarray(m.T)
+            rhs = np.ascontiguousarray(load(v, b + t * n * k, k, n).T)
+        if finite(m) and finite(rhs) and invertible(m):
+            x = np.linalg.solve(m, rhs)
+            store(v, out + t * n * k, x if left else np.ascontiguousarray(x.T))
+        else:
+            fill(v, out + t * n * k, n * k, np.nan)
+
+
+@kernel
+def solve_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # A X = B: gB = A^-T gX, gA = -gB X^T;  X A = B: gB = gX A^-T, gA = -X^T gB
+    if ma == 0 and mb == 0:
+        return
+    batch = ints[p]
+    n = ints[p + 1]
+    k = ints[p + 2]
+    left = ints[p + 3] != 0
+    for t in range(batch):
+        m = load(v, a + t * n * n, n, n)
+        if left:
+            gx = load(g, out + t * n * k, n, k)
+            m = np.ascontiguousarray(m.T)
+        else:
+            gx = np.ascontiguousarray(load(g, out + t * n * k, k, n).T)
+        # both cases solve M y = gX^(T) with M = A^T (left) or A (right)
+        if finite(m) and finite(gx) and invertible(m):
+            y = np.linalg.solve(m, gx)
+        elif finite(m):
+            y = np.dot(inverse_transpose(np.ascontiguousarray(m.T)), gx)
+        else:
+            y = np.full((n, k), np.nan, m.dtype)
+        gb = np.ascontiguousarray(y) if left else np.ascontiguousarray(y.T)
+        if mb != 0:
+            add_into(g, b + t * n * k, gb, mb)
+        if ma != 0:
+            if left:
+                x = load(v, out + t * n * k, n, k)
+                add_into(g, a + t * n * n, -np.dot(gb, np.ascontiguousarray(x.T)), ma)
+            else:
+                x = load(v, out + t * n * k, k, n)
+                add_into(g, a + t * n * n, -np.dot(np.ascontiguousarray(x.T), gb), ma)
+
+
+SOLVE = define_kernel(
+    "solve", "LinalgSolveExBackward0", solve_forward, solve_backward, saved="ao", group=GROUP,
+    samples=cases(("solve", lambda tj, m, x: tj.linalg.solve(m, x), [(3, 3), (3, 2)], well_conditioned),
+                  ("solve_vector", lambda tj, m, x: tj.linalg.solve(m, x), [(3, 3), (3,)], well_conditioned),
+                  ("solve_batch", lambda tj, m, x: tj.linalg.solve(m, x), [(2, 3, 3), (3, 1)], well_conditioned),
+                  ("solve_left_false", lambda tj, m, x: tj.linalg.solve(m, x, left=False), [(3, 3), (2, 3)],
+                   well_conditioned)))
+
+
+# ---- qr ---------------------------------------------------------------------------------
+
+@kernel
+def qr_forward(v, out, a, b, p, q, ints, floats):
+    # region: [Q (batch, m, kq) | R (batch, kq, n)]; kq = min(m, n), or m for mode='complete'
+    batch = ints[p]
+    m = ints[p + 1]
+    n = ints[p + 2]
+    kq = ints[p + 3]
+    r_at = out + ints[p + 4]
+    for t in range(batch):
+        mat = load(v, a + t * m * n, m, n)
+        qo = out + t * m * kq
+        ro = r_at + t * kq * n
+        if m * n == 0:
+            fill(v, qo, m * kq, 0.0)
+            for i in range(min(m, kq)):
+                v[qo + i * kq + i] = 1.0
+            fill(v, ro, kq * n, 0.0)
+        elif not finite(mat):
+            fill(v, qo, m * kq, np.nan)
+            fill(v, ro, kq * n, np.nan)
+        elif kq > min(m, n):
+            # complete Q of a tall matrix: the Householder QR of [A | I] has A's reflectors
+            # first, so its Q extends A's reduced Q, and its first n columns of R are A's R
+            wide = np.zeros((m, n + m), mat.dtype)
+            wide[:, :n] = mat
+            for i in range(m):
+                wide[i, n + i] = 1.0
+            qf, rf = np.linalg.qr(wide)
+            store(v, qo, qf)
+            store(v, ro, np.ascontiguousarray(rf[:, :n]))
+        else:
+            qf, rf = np.linalg.qr(mat)
+            store(v, qo, qf)
+            store(v, ro, rf)
+
+
+@kernel
+def qr_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # torch's linalg_qr_backward, reduced mode (the front end refuses gradients otherwise).
+    # m >= n: qr_square_backward.  m < n, A = Q [X | Y]: gX from (gQ + Y gY^T, gR_X) as
+    # for a square matrix, gY = Q gR_Y.
+    batch = ints[p]
+    m = ints[p + 1]
+    n = ints[p + 2]
+    k = ints[p + 3]
+    r_at = out + ints[p + 4]
+    hasr = batch * k * n > 0 and flags[r_at] != 0
+    if hasr:
+        flags[r_at] = 0
+    if ma == 0:
+        return
+    for t in range(batch):
+        qm = load(v, out + t * m * k, m, k)
+        rm = load(v, r_at + t * k * n, k, n)
+        gq = load(g, out + t * m * k, m, k)
+        gr = load(g, r_at + t * k * n, k, n) if hasr else np.zeros((k, n), qm.dtype)
+        if m >= n:
+            ga = qr_square_backward(gq, gr, qm, rm)
+        else:
+            x = np.ascontiguousarray(rm[:, :m])
+            gy = np.ascontiguousarray(gr[:, m:])
+            y = np.dot(qm, np.ascontiguousarray(rm[:, m:]))
+            ga = np.empty((m, n), qm.dtype)
+            ga[:, :m] = qr_square_backward(gq + np.dot(y, np.ascontiguousarray(gy.T)),
+                                           np.ascontiguousarray(gr[:, :m]), qm, x)
+            ga[:, m:] = np.dot(qm, gy)
+        add_into(g, a + t * m * n, ga, ma)
+
+
+QR = define_kernel(
+    "qr", "LinalgQrBackward0", qr_forward, qr_backward, saved="o", operands=1, group=GROUP,
+    samples=cases(("qr_q", lambda tj, m: tj.linalg.qr(m).Q, [(4, 3)], well_conditioned),
+                  ("qr_q_wide", lambda tj, m: tj.linalg.qr(m)[0], [(2, 3)], well_conditioned)))
+QR_PART = define_kernel(
+    "qr_part", "LinalgQrBackward0", part_forward, part_backward, saves=False, operands=1, group=GROUP,
+    samples=cases(("qr_r", lambda tj, m: tj.linalg.qr(m).R, [(4, 3)], well_conditioned),
+                  ("qr_r_square_batch", lambda tj, m: tj.linalg.qr(m)[1], [(2, 3, 3)], well_conditioned),
+                  ("qr_r_wide", lambda tj, m: tj.linalg.qr(m).R, [(2, 4)], well_conditioned)))
+
+
+def _squared(x):
+    return x * x
+
+
+# ---- svd --------------------------------------------------------------------------------
+
+@kernel
+def svd_forward(v, out, a, b, p, q, ints, floats):
+    # region: [S (batch, k) | U (batch, m, ku) | Vh (batch, kv, n)]; ku = kv = k = min(m, n),
+    # or m and n with full_matrices
+    batch = ints[p]
+    m = ints[p + 1]
+    n = ints[p + 2]
+    k = ints[p + 3]
+    ku = ints[p + 4]
+    kv = ints[p + 5]
+    u_at = out + ints[p + 6]
+    vh_at = out + ints[p + 7]
+    for t in range(batch):
+        mat = load(v, a + t * m * n, m, n)
+        so = out + t * k
+        uo = u_at + t * m * ku
+        vo = vh_at + t * kv * n
+        if m * n == 0:
+            fill(v, uo, m * ku, 0.0)
+            for i in range(min(m, ku)):
+                v[uo + i * ku + i] = 1.0
+            fill(v, vo, kv * n, 0.0)
+            for i in range(min(kv, n)):
+                v[vo + i * n + i] = 1.0
+        elif finite(mat):
+            u, s, vh = np.linalg.svd(mat, ku > k or kv > k)
+            for i in range(k):
+                v[so + i] = s[i]
+            store(v, uo, u)
+            store(v, vo, vh)
+        else:
+            fill(v, so, k, np.nan)
+            fill(v, uo, m * ku, np.nan)
+            fill(v, vo, kv * n, np.nan)
+
+
+@kernel
+def svd_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # torch's svd_backward on U[:, :k], S, Vh[:k] (with full_matrices the other singular
+    # vectors are arbitrary bases and their gradients are ignored, as torch does):
+    # without gU and gVh, gA = U diag(gS) Vh; else, with E_ij = S_j^2 - S_i^2 (1 on the
+    # diagonal) and skew(X) = X - X^T,
+    #   gA = U [(skew(U^T gU) S + S skew(Vh gVh^T)) / E + diag(gS)] Vh
+    # plus (I - U U^T) gU S^-1 Vh for m > n, U S^-1 gVh (I - V Vh) for m < n.
+    batch = ints[p]
+    m = ints[p + 1]
+    n = ints[p + 2]
+    k = ints[p + 3]
+    ku = ints[p + 4]
+    kv = ints[p + 5]
+    u_at = out + ints[p + 6]
+    vh_at = out + ints[p + 7]
+    hasu, gu_all = part_gradient(g, flags, u_at, batch * m, ku)
+    hasv, gv_all = part_gradient(g, flags, vh_at, batch * kv, n)
+    if ma == 0:
+        return
+    for t in range(batch):
+        s = np.empty(k, v.dtype)
+        gs = np.empty(k, v.dtype)
+        for i in range(k):
+            s[i] = v[out + t * k + i]
+            gs[i] = g[out + t * k + i]
+        u = np.ascontiguousarray(load(v, u_at + t * m * ku, m, ku)[:, :k])
+        vh = np.ascontiguousarray(load(v, vh_at + t * kv * n, kv, n)[:k, :])
+        gu = np.ascontiguousarray(gu_all[t * m:(t + 1) * m, :k])
+        gvh = np.ascontiguousarray(gv_all[t * kv:t * kv + k, :])
+        inner = np.zeros((k, k), v.dtype)
+        if hasu or hasv:
+            if hasu:
+                uhgu = np.dot(np.ascontiguousarray(u.T), gu)
+                uhgu = uhgu - np.ascontiguousarray(uhgu.T)
+            if hasv:
+                vhgv = np.dot(vh, np.ascontiguousarray(gvh.T))
+                vhgv = vhgv - np.ascontiguousarray(vhgv.T)
+            for i in range(k):
+                for j in range(k):
+                    if i == j:
+                        continue
+                    e = s[j] * s[j] - s[i] * s[i]
+                    x = 0.0 * s[0]
+                    if hasu:
+                        x += uhgu[i, j] * s[j]
+                    if hasv:
+                        x += s[i] * vhgv[i, j]
+                    inner[i, j] = x / e
+        for i in range(k):
+            inner[i, i] = gs[i]
+        if m > n and hasu:
+            ga = np.dot(u, inner)
+            gus = gu / s.reshape((1, k))
+            ga = ga + gus - np.dot(u, np.dot(np.ascontiguousarray(u.T), gus))
+            ga = np.dot(ga, vh)
+        elif m < n and hasv:
+            ga = np.dot(inner, vh)
+            sgv = gvh / s.reshape((k, 1))
+            ga = ga + sgv - np.dot(np.dot(sgv, np.ascontiguousarray(vh.T)), vh)
+            ga = np.dot(u, ga)
+        else:
+            ga = np.dot(np.dot(u, inner), vh)
+        add_into(g, a + t * m * n, ga, ma)
+
+
+SVD = define_kernel(
+    "svd", "LinalgSvdBackward0", svd_forward, svd_backward, saved="o", operands=1, group=GROUP,
+    samples=cases(("svdvals", lambda tj, m: tj.linalg.svdvals(m), [(3, 3)], spread_spectrum),
+                  ("svd_s_tall", lambda tj, m: tj.linalg.svd(m, full_matrices=False).S, [(4, 2)], spread_spectrum),
+                  ("svd_s_wide_batch", lambda tj, m: tj.linalg.svd(m)[1], [(2, 2, 3)], spread_spectrum)))
+SVD_PART = define_kernel(
+    "svd_part", "LinalgSvdBackward0", part_forward, part_backward, saves=False, operands=1, group=GROUP,
+    # singular vectors are defined up to sign: the samples square them (LAPACK builds differ)
+    samples=cases(("svd_u_squared", lambda tj, m: _squared(tj.linalg.svd(m, full_matrices=False).U), [(4, 3)],
+                   spread_spectrum),
+                  ("svd_vh_squared", lambda tj, m: _squared(tj.linalg.svd(m, full_matrices=False).Vh), [(2, 4)],
+                   spread_spectrum),
+                  ("svd_full_u_squared", lambda tj, m: _squared(tj.linalg.svd(m).U[..., :2]), [(3, 2)],
+                   spread_spectrum)))
+
+
+# ---- eigh -------------------------------------------------------------------------------
+
+@kernel
+def eigh_forward(v, out, a, b, p, q, ints, floats):
+    # region: [eigenvalues (batch, n) | eigenvectors (batch, n, n)]; the triangle named by
+    # ints[p + 2] (0 lower, 1 upper) is read, as LAPACK's syevd('L' / 'U') does for torch
+    batch = ints[p]
+    n = ints[p + 1]
+    upper = ints[p + 2] != 0
+    q_at = out + ints[p + 3]
+    for t in range(batch):
+        if n == 0:
+            continue
+        raw = load(v, a + t * n * n, n, n)
+        sym = np.empty((n, n), raw.dtype)
+        for i in range(n):
+            for j in range(n):
+                lower_half = j <= i
+                sym[i, j] = raw[i, j] if lower_half != upper or i == j else raw[j, i]
+        if finite(sym):
+            w, z = np.linalg.eigh(sym)
+            for i in range(n):
+                v[out + t * n + i] = w[i]
+            store(v, q_at + t * n * n, z)
+        else:
+            fill(v, out + t * n, n, np.nan)
+            fill(v, q_at + t * n * n, n * n, np.nan)
+
+
+@kernel
+def eigh_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    # torch's linalg_eig_backward for Hermitian input: gA = V M V^T with M's diagonal gL
+    # and, when the eigenvectors have a gradient, M_ij = skew_ij / (L_j - L_i) off it,
+    # skew = (V^T gV - gV^T V) / 2
+    batch = ints[p]
+    n = ints[p + 1]
+    q_at = out + ints[p + 3]
+    hasv, gv_all = part_gradient(g, flags, q_at, batch * n, n)
+    if ma == 0:
+        return
+    for t in range(batch):
+        vecs = load(v, q_at + t * n * n, n, n)
+        inner = np.zeros((n, n), v.dtype)
+        if hasv:
+            gv = np.ascontiguousarray(gv_all[t * n:(t + 1) * n, :])
+            vhgv = np.dot(np.ascontiguousarray(vecs.T), gv)
+            for i in range(n):
+                for j in range(n):
+                    if i != j:
+                        inner[i, j] = 0.5 * (vhgv[i, j] - vhgv[j, i]) / (v[out + t * n + j] - v[out + t * n + i])
+        for i in range(n):
+            inner[i, i] = g[out + t * n + i]
+        add_into(g, a + t * n * n, np.dot(np.dot(vecs, inner), np.ascontiguousarray(vecs.T)), ma)
+
+
+def _symmetric(tj, m):
+    return (m + m.mT) * 0.5
+
+
+EIGH = define_kernel(
+    "eigh", "LinalgEighBackward0", eigh_forward, eigh_backward, saved="o", operands=1, group=GROUP,
+    samples=cases(("eigvalsh", lambda tj, m: tj.linalg.eigvalsh(_symmetric(tj, m)), [(3, 3)], spread_spectrum),
+                  ("eigh_values_batch", lambda tj, m: tj.linalg.eigh(_symmetric(tj, m))[0], [(2, 3, 3)],
+                   spread_spectrum),
+                  ("eigvalsh_upper", lambda tj, m: tj.linalg.eigvalsh(_symmetric(tj, m), UPLO="U"), [(3, 3)],
+                   spread_spectrum)))
+EIGH_PART = define_kernel(
+    "eigh_part", "LinalgEighBackward0", part_forward, part_backward, saves=False, operands=1, group=GROUP,
+    samples=cases(("eigh_vectors_squared", lambda tj, m: _squared(tj.linalg.eigh(_symmetric(tj, m)).eigenvectors),
+                   [(3, 3)], spread_spectrum)))
+
+
+# ---- torch's functions and Tensor methods outside torch.linalg ---------------------------------
+# The front ends are in tapejit/linalg.py: this module's text is hashed into the compiled
+# sweeps, so an argument check edited there does not recompile them.
+from tapejit.api import export  # noqa: E402
+
+
+@export(method=True)
+def inverse(input):
+    from tapejit.linalg import inv
+    return inv(input)
+
+
+@export(method=True)
+def det(input):
+    from tapejit.linalg import _det
+    return _det(input)
+
+
+@export(method=True)
+def slogdet(input):
+    from tapejit.linalg import _slogdet, slogdet_result
+    return _slogdet(input, slogdet_result)
+
+
+@export(method=True)
+def logdet(input):
+    from tapejit.linalg import _logdet
+    return _logdet(input)
