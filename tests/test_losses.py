@@ -524,3 +524,25 @@ def test_finite_differences(case):
     }
     loss_of, arrays, which = cases[case]
     _finite_difference_check(loss_of, arrays, which)
+
+
+# ---- tj.compile ---------------------------------------------------------------------------------
+
+def test_losses_trace_under_compile():
+    """The losses without comparisons of computed values replay under ``tj.compile`` with
+    new inputs: each replay equals eager mode (which the tests above compare with torch)."""
+    def losses(a, b, c, v):
+        return (F.smooth_l1_loss(a, b, beta=0.5) + F.huber_loss(a, b, delta=0.7, reduction="sum")
+                + F.kl_div(a, v, reduction="batchmean") + F.cosine_similarity(a, b).sum()
+                + F.pairwise_distance(a, b).mean() + F.triplet_margin_loss(a, b, c, swap=True)
+                + F.margin_ranking_loss(a, b, c.sign()) + F.poisson_nll_loss(a, v * 3, full=True)
+                + F.gaussian_nll_loss(a, b, v, full=True) + F.multilabel_soft_margin_loss(a, v)
+                + F.soft_margin_loss(a, c.sign()))
+
+    compiled = tj.compile(losses)
+    for seed in range(3):
+        arrays = [_float((3, 4), seed), _float((3, 4), seed + 10), _float((3, 4), seed + 20),
+                  _rng(seed).random((3, 4)) + 0.05]
+        eager = losses(*[tj.tensor(a) for a in arrays])
+        replayed = compiled(*[tj.tensor(a) for a in arrays])
+        np.testing.assert_allclose(replayed.item(), eager.item(), rtol=1e-12)

@@ -375,10 +375,6 @@ def _stop_gradient_shift(t, target):
     return t + (target - t.detach())
 
 
-def _huber_elementwise(diff, delta):
-    return where(diff < delta, diff * diff * 0.5, (diff - 0.5 * delta) * delta)
-
-
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 z^2 / beta`` for ``z = |input - target| < beta``, else ``z - 0.5 beta``; the L1
     loss for ``beta = 0``."""
@@ -390,7 +386,10 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     diff = (input - target).abs()
     if beta == 0.0:
         return _reduce(diff, reduction)
-    return _reduce(where(diff < beta, diff * diff * (0.5 / beta), diff - 0.5 * beta), reduction)
+    # With q = min(z, beta): 0.5 q^2 / beta + (z - q).  No comparison, so tj.compile can trace
+    # it; the gradient at z == beta is 1 as torch's, clamp passing it at the bound.
+    quadratic = clamp(diff, max=beta)
+    return _reduce(quadratic * quadratic * (0.5 / beta) + (diff - quadratic), reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
@@ -403,7 +402,9 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
         raise ValueError("Weights and input must have the same size.")
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
-    loss = _huber_elementwise((input - target).abs(), delta)
+    diff = (input - target).abs()
+    quadratic = clamp(diff, max=delta)     # as in smooth_l1_loss: 0.5 q^2 + delta (z - q)
+    loss = quadratic * quadratic * 0.5 + (diff - quadratic) * delta
     if weight is not None:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
@@ -447,8 +448,11 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
     else:
         loss = input - target * (input + eps).log()
     if full:
-        stirling = target * target.log() - target + (target * (2 * math.pi)).log() * 0.5
-        loss = loss + where(target <= 1, 0.0, stirling)
+        # Computed at max(t, 1) and masked by sign(relu(t - 1)) (1 where t > 1, else 0):
+        # finite wherever it is masked, and without a comparison, which tj.compile could not trace.
+        counts = clamp(target, min=1.0)
+        stirling = counts * counts.log() - counts + (counts * (2 * math.pi)).log() * 0.5
+        loss = loss + stirling * relu(target - 1.0).sign()
     return _reduce(loss, reduction)
 
 
