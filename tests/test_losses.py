@@ -218,6 +218,15 @@ def test_cosine_similarity_integer_inputs():
     check_same_error("cosine_similarity", [np.arange(6).reshape(2, 3), np.ones((2, 3), np.int64)])
 
 
+def test_top_level_functions_as_torch():
+    torch = pytest.importorskip("torch")
+    x1, x2 = _float((3, 4), 0), _float((3, 4), 1)
+    np.testing.assert_allclose(tj.cosine_similarity(tj.tensor(x1), tj.tensor(x2), 0).numpy(),
+                               torch.cosine_similarity(torch.tensor(x1), torch.tensor(x2), 0).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(tj.pairwise_distance(tj.tensor(x1), tj.tensor(x2), 1.0).numpy(),
+                               torch.pairwise_distance(torch.tensor(x1), torch.tensor(x2), 1.0).numpy(), rtol=1e-12)
+
+
 def test_cosine_similarity_module():
     check_against_torch(None, [_float((3, 4), 0), _float((3, 4), 1)], grad=(0, 1),
                         module=("CosineSimilarity", dict(dim=0, eps=1e-6)))

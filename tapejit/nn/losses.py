@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.api import export
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
@@ -485,6 +486,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _reduce(loss, reduction)
 
 
+@export()   # torch.cosine_similarity too
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """``sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))`` along ``dim`` of the broadcast
     inputs, the norms clamped in value only (ATen's Distance.cpp), so ``|result| <= 1``."""
@@ -505,6 +507,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return ((x1 / n1) * (x2 / n2)).sum(dim)
 
 
+@export()   # torch.pairwise_distance too
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``|x1 - x2 + eps|_p`` along the last dim of the broadcast inputs."""
     _check_shapes("pairwise_distance", x1=x1, x2=x2)
