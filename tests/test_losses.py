@@ -41,7 +41,8 @@ def check_against_torch(name, args, kwargs=None, grad=(0,), dtype=np.float64, mo
         warnings.simplefilter("ignore")
         if module is None:
             ours = getattr(F, name)(*[p[0] for p in pairs], **{k: v[0] for k, v in keywords.items()})
-            theirs = getattr(torch.nn.functional, name)(*[p[1] for p in pairs], **{k: v[1] for k, v in keywords.items()})
+            theirs = getattr(torch.nn.functional, name)(*[p[1] for p in pairs],
+                                                        **{k: v[1] for k, v in keywords.items()})
         else:
             cls, init = module
             ours = getattr(tj.nn, cls)(**init)(*[p[0] for p in pairs])
