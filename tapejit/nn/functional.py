@@ -13,10 +13,24 @@ from tapejit.creation import rng as _rng
 from tapejit.nn.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
+    cosine_embedding_loss,
+    cosine_similarity,
     cross_entropy,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    huber_loss,
+    kl_div,
     l1_loss,
+    margin_ranking_loss,
     mse_loss,
+    multi_margin_loss,
+    multilabel_soft_margin_loss,
     nll_loss,
+    pairwise_distance,
+    poisson_nll_loss,
+    smooth_l1_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
 )
 from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import linear
@@ -30,7 +44,10 @@ from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
            "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss",
-           "nll_loss", "normalize", "one_hot", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh"]
+           "nll_loss", "normalize", "one_hot", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+           "cosine_embedding_loss", "cosine_similarity", "gaussian_nll_loss", "hinge_embedding_loss",
+           "huber_loss", "kl_div", "margin_ranking_loss", "multi_margin_loss", "multilabel_soft_margin_loss",
+           "pairwise_distance", "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss"]
 
 
 def relu(input, inplace=False):

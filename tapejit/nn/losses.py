@@ -6,15 +6,19 @@ constant NumPy coefficients wherever the targets need no gradient, so a loss add
 few records to the tape: cross-entropy with class indices is
 ``log_softmax -> index -> dot`` whatever its options.
 """
+import math
 import warnings
 
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.api import export
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
+from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
-from tapejit.ops.movement import INDEX, _gather, where
-from tapejit.ops.unary import softplus
+from tapejit.ops.movement import INDEX, _gather, broadcast_tensors, where
+from tapejit.ops.special import xlogy
+from tapejit.ops.unary import clamp, relu, softplus
 from tapejit.recording import broadcast_shapes
 from tapejit.replay import labels
 from tapejit.tape import current, state
@@ -321,4 +325,320 @@ def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="m
             loss = softplus(input) * _constant(1.0 + (p - 1.0) * t, input) - input * _constant(p * t, input)
     if weight is not None:
         loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+# ---- regression, distribution and embedding losses -------------------------------------------
+# Compositions of differentiable ops following ATen's formulas (aten/src/ATen/native/Loss.cpp,
+# Distance.cpp) and torch/nn/functional.py, so values and gradients are torch's, including
+# at the kinks: ``clamp`` passes the gradient at its bound as torch's ``clamp_min`` does, and
+# ``relu`` (zero gradient at 0) stands where torch's kernel tests ``z > 0``.
+
+def legacy_reduction(size_average, reduce, reduction):
+    """torch's ``_Reduction.legacy_get_string``: the deprecated ``size_average``/``reduce``
+    flags, when given, override ``reduction``."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' "
+                  "instead.", UserWarning, stacklevel=3)
+    return reduction
+
+
+def _readable(t):
+    """False while ``tj.compile`` traces a computed value, whose read would freeze it into
+    every replay (value checks are then skipped, as ``_check_probabilities`` does)."""
+    tape = t._tape
+    return not (tape.tracing if tape is not None else state.trace is not None and id(t) not in state.trace.readable)
+
+
+def _check_shapes(op, **tensors):
+    """The loss's arguments broadcast together, else torch's error naming the loss and every
+    shape (not the inner op that would fail)."""
+    shapes = [t._shape for t in tensors.values()]
+    if all(shape == shapes[0] for shape in shapes):
+        return
+    label = f"{op} (" + ", ".join(f"{name} {list(t._shape)}" for name, t in tensors.items()) + ")"
+    shape = ()
+    for other in shapes:
+        shape = broadcast_shapes(label, shape, other)
+
+
+def _scalar_type(dtype):
+    return dtypes.SCALAR_TYPE_NAMES.get(dtype.name, dtype.name.capitalize())
+
+
+def _stop_gradient_shift(t, target):
+    """``t`` with the value ``target`` but ``t``'s gradient: torch's ``x.clamp_(...)`` under
+    ``no_grad`` on a clone, which changes the value and leaves the gradient path alone."""
+    return t + (target - t.detach())
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """``0.5 z^2 / beta`` for ``z = |input - target| < beta``, else ``z - 0.5 beta``; the L1
+    loss for ``beta = 0``."""
+    _check_pair("smooth_l1_loss", input, target)
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    diff = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(diff, reduction)
+    # With q = min(z, beta): 0.5 q^2 / beta + (z - q).  No comparison, so tj.compile can trace
+    # it; the gradient at z == beta is 1 as torch's, clamp passing it at the bound.
+    quadratic = clamp(diff, max=beta)
+    return _reduce(quadratic * quadratic * (0.5 / beta) + (diff - quadratic), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """``0.5 z^2`` for ``z = |input - target| < delta``, else ``delta (z - 0.5 delta)``,
+    optionally times an elementwise ``weight`` of the input's shape."""
+    _check_pair("huber_loss", input, target)
+    if weight is None:
+        check_reduction(reduction)
+    elif weight._shape != input._shape:
+        raise ValueError("Weights and input must have the same size.")
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    diff = (input - target).abs()
+    quadratic = clamp(diff, max=delta)     # as in smooth_l1_loss: 0.5 q^2 + delta (z - q)
+    loss = quadratic * quadratic * 0.5 + (diff - quadratic) * delta
+    if weight is not None:
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """``target (log target - input)`` pointwise (``input`` holds log-probabilities; so does
+    ``target`` with ``log_target``); ``'batchmean'`` divides the sum by the batch size."""
+    if size_average is not None or reduce is not None:
+        reduction = legacy_reduction(size_average, reduce, reduction)
+    elif reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      UserWarning, stacklevel=2)
+    if reduction != "batchmean":
+        check_reduction(reduction)
+    _check_shapes("kl_div", input=input, target=target)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        loss = xlogy(target, target) - target * input
+    if reduction == "batchmean":
+        total = loss.sum()
+        return total / input._shape[0] if input._shape else total
+    return _reduce(loss, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    """``exp(input) - target input`` (``log_input``) or ``input - target log(input + eps)``,
+    plus with ``full`` the Stirling term ``t log t - t + 0.5 log(2 pi t)`` where ``t > 1``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    if reduction not in _REDUCTIONS:
+        raise ValueError(reduction + " is not a valid value for reduction")
+    _check_shapes("poisson_nll_loss", input=input, target=target)
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        # Computed at max(t, 1) and masked by sign(relu(t - 1)) (1 where t > 1, else 0):
+        # finite wherever it is masked, and without a comparison, which tj.compile could not trace.
+        counts = clamp(target, min=1.0)
+        stirling = counts * counts.log() - counts + (counts * (2 * math.pi)).log() * 0.5
+        loss = loss + stirling * relu(target - 1.0).sign()
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """``0.5 (log var + (input - target)^2 / var)`` (+ ``0.5 log 2 pi`` with ``full``), var
+    clamped below at ``eps`` in value only, as torch does under ``no_grad``.  ``var`` is a
+    float, or a tensor of the input's shape, of it without the last dim, or of it with one
+    dim of size 1."""
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = _constant(np.full(input._shape, var), input)
+    elif not isinstance(var, Tensor):
+        raise TypeError(f"gaussian_nll_loss(): argument 'var' must be Tensor or float, not {type(var).__name__}")
+    elif _readable(var) and (var._value() < 0).any():
+        raise ValueError("var has negative entry/entries")
+    if var._shape != input._shape:
+        if input._shape[:-1] == var._shape:
+            var = var.unsqueeze(-1)
+        elif not (len(input._shape) == len(var._shape)
+                  and sum(v for i, v in zip(input._shape, var._shape) if i != v) == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(reduction + " is not valid")
+    _check_shapes("gaussian_nll_loss", input=input, target=target, var=var)
+    var = _stop_gradient_shift(var, clamp(var.detach(), min=eps))
+    loss = (var.log() + (input - target) ** 2 / var) * 0.5
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+@export()   # torch.cosine_similarity too
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """``sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))`` along ``dim`` of the broadcast
+    inputs, the norms clamped in value only (ATen's Distance.cpp), so ``|result| <= 1``."""
+    if not (x1._dtype.is_floating_point or x2._dtype.is_floating_point):
+        common = dtypes.promote(x1._dtype, x2._dtype)
+        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
+                           f"{_scalar_type(common)}")
+    if not x1._dtype.is_floating_point:
+        x1 = x1.to(x2._dtype)
+    elif not x2._dtype.is_floating_point:
+        x2 = x2.to(x1._dtype)
+    _check_shapes("cosine_similarity", x1=x1, x2=x2)
+    x1, x2 = broadcast_tensors(x1, x2)
+    n1 = x1.norm(2, dim, keepdim=True)
+    n2 = x2.norm(2, dim, keepdim=True)
+    n1 = _stop_gradient_shift(n1, clamp(n1.detach(), min=eps))
+    n2 = _stop_gradient_shift(n2, clamp(n2.detach(), min=eps))
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+@export()   # torch.pairwise_distance too
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``|x1 - x2 + eps|_p`` along the last dim of the broadcast inputs."""
+    _check_shapes("pairwise_distance", x1=x1, x2=x2)
+    innermost = max(len(x1._shape), len(x2._shape)) - 1
+    return (x1 - x2 + eps).norm(p, innermost, keepdim=keepdim)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``1 - cos`` where ``target == 1``, ``max(0, cos - margin)`` where ``target == -1``
+    (zero elsewhere), with ATen's ``cos = <x1, x2> / sqrt((|x1|^2 + 1e-12)(|x2|^2 + 1e-12))``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    dims = len(target._shape)
+    if dims > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if len(input1._shape) != dims + 1 or len(input2._shape) != dims + 1:
+        raise RuntimeError(f"{dims}D target tensor expects {dims + 1}D input tensors, but found inputs with "
+                           f"sizes {list(input1._shape)} and {list(input2._shape)}.")
+    _check_shapes("cosine_embedding_loss", input1=input1, input2=input2)
+    epsilon = 1e-12
+    prod_sum = (input1 * input2).sum(dims)
+    mag_square1 = (input1 * input1).sum(dims) + epsilon
+    mag_square2 = (input2 * input2).sum(dims) + epsilon
+    cos = prod_sum / (mag_square1 * mag_square2).sqrt()
+    loss = where(target == 1, 1 - cos, 0.0) + where(target == -1, clamp(cos - margin, min=0), 0.0)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``max(0, -target (input1 - input2) + margin)``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    if not len(input1._shape) == len(input2._shape) == len(target._shape):
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+                           f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} ")
+    _check_shapes("margin_ranking_loss", input1=input1, input2=input2, target=target)
+    return _reduce(clamp(-target * (input1 - input2) + margin, min=0), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    """``max(0, margin + d(a, p) - d(a, n))`` with ``pairwise_distance`` ``d``; with ``swap``,
+    ``d(a, n)`` is ``min(d(a, n), d(p, n))``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    a_dim, p_dim, n_dim = len(anchor._shape), len(positive._shape), len(negative._shape)
+    if not a_dim == p_dim == n_dim:
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {a_dim}D, positive {p_dim}D, and negative {n_dim}D inputs")
+    _check_shapes("triplet_margin_loss", anchor=anchor, positive=positive, negative=negative)
+    dist_pos = pairwise_distance(anchor, positive, p, eps)
+    dist_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        dist_neg = minimum(dist_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(clamp(dist_pos - dist_neg + margin, min=0), reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """``-(t log s(x) + (1 - t) log(1 - s(x)))`` (as ``t softplus(-x) + (1 - t) softplus(x)``)
+    times ``weight``, averaged over the last (class) dim."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    _check_shapes("multilabel_soft_margin_loss", input=input, target=target)
+    loss = target * softplus(-input) + (1 - target) * softplus(input)
+    if weight is not None:
+        loss = loss * weight
+    class_dim = len(input._shape) - 1
+    loss = loss.sum(class_dim) / input._shape[class_dim]
+    if reduction not in _REDUCTIONS:
+        raise ValueError(reduction + " is not valid")
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``log(1 + exp(-target input))``, computed as ATen does (``log1p(exp(.))``)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    _check_shapes("soft_margin_loss", input=input, target=target)
+    if _needs_grad(target):
+        raise RuntimeError("The function 'soft_margin_loss' is not differentiable with respect to argument 'target'. "
+                           "This input cannot have requires_grad True.")
+    return _reduce((-input * target).exp().log1p(), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    """``input`` where ``target != -1`` plus ``max(0, margin - input)`` where ``target != 1``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    _check_shapes("hinge_embedding_loss", input=input, target=target)
+    loss = where(target != 1, clamp(margin - input, min=0), 0.0) + where(target != -1, input, 0.0)
+    return _reduce(loss, reduction)
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean"):
+    """``sum_{j != y} w_y max(0, margin - x_y + x_j)^p / C`` per sample of (N, C) or (C,)
+    ``input`` with class indices ``target``."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and len(weight._shape) != 1:
+        raise ValueError("weight must be one-dimensional")
+    dims = len(input._shape)
+    if not ((dims == 2 and input._shape[1] != 0) or (dims == 1 and input._shape[0] != 0) or dims == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input._shape)}")
+    rows = input._shape[0] if dims == 2 else 1
+    classes = input._shape[-1] if dims else 1
+    if len(target._shape) > 1 or target._numel != rows:
+        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal to the number of "
+                           f"input samples (batch size). Expected target size [{rows}], but got "
+                           f"{list(target._shape)}. Input has shape {list(input._shape)}.")
+    if weight is not None and weight._numel != classes:
+        raise RuntimeError(f"inconsistent weight size, expected {classes} but got {list(weight._shape)}")
+    if target._dtype is not dtypes.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_scalar_type(target._dtype)}")
+    targets = np.asarray(target._value()).reshape(rows)
+    if ((targets < 0) | (targets >= classes)).any():
+        raise RuntimeError("target out of range")
+    x = input.reshape(rows, classes)
+    picked = x[np.arange(rows), targets].unsqueeze(1)
+    hinge = relu(margin - picked + x)
+    if p == 2:
+        hinge = hinge * hinge
+    coeff = np.ones((rows, classes))
+    coeff[np.arange(rows), targets] = 0.0      # the target's own term is left out
+    if weight is not None:
+        coeff *= np.asarray(weight._value(), np.float64).reshape(-1)[targets][:, None]
+    loss = (hinge * _constant(coeff / classes, input)).sum(1)
+    if reduction == "none":
+        return loss if target._shape else loss.reshape(())
     return _reduce(loss, reduction)
