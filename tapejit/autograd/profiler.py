@@ -157,8 +157,11 @@ def _targets():
         if isinstance(Tensor.__dict__.get(name), types.FunctionType):
             found.append((Tensor, name, name))
     for module in (tapejit, functional, linalg, special):
+        # linalg and special import recording helpers (record, on_tape...) by name: their
+        # __all__ says which are theirs
+        public = getattr(module, "__all__", None) if module in (linalg, special) else None
         for name, fn in list(vars(module).items()):
-            if _is_op(name, fn):
+            if (public is None or name in public) and _is_op(name, fn):
                 found.append((module, name, name))
     classes = [Optimizer]
     while classes:
