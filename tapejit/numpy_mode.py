@@ -2157,4 +2157,39 @@ def _np_solve(a, b):
     return _wrap(_tj().linalg.solve(A, B))
 
 
+@implements(np.linalg.pinv)
+def _np_pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
+    """Of a full-rank matrix, the pseudo-inverse is ``solve(A^T A, A^T)`` (or its transpose
+    form for wide matrices), smooth there: that formula records the gradient, and a constant
+    correction gives exactly NumPy's (SVD-based) value.  At lower rank the pseudo-inverse
+    jumps under any perturbation that raises the rank: no derivative, refused."""
+    t = _linalg_operand(a, "pinv")
+    if hermitian:   # NumPy reads the lower triangle (eigh)
+        t = _symmetric_from(t, "L")
+    kwargs = {"rcond": rcond, "hermitian": hermitian}
+    if rtol is not _NO_VALUE:
+        kwargs["rtol"] = rtol
+    value = np.array(t._value())
+    expected = np.linalg.pinv(value, **kwargs)
+    m, n = t._shape[-2:]
+    # NumPy's cut: singular values at most rcond (or rtol, default max(m, n) * eps) times
+    # the largest are dropped.
+    cut = rcond if rcond is not None else rtol if rtol is not _NO_VALUE and rtol is not None \
+        else max(m, n) * np.finfo(value.dtype).eps
+    sv = np.abs(np.linalg.eigvalsh(value)) if hermitian else np.linalg.svd(value, compute_uv=False)
+    kept = sv > np.asarray(cut)[..., None] * sv.max(axis=-1, keepdims=True)
+    if not kept.all():
+        raise TypeError(
+            f"tapejit: numpy.linalg.pinv of a rank-deficient {m}x{n} matrix (rank {kept.sum(-1).min()} "
+            f"after NumPy's rcond cut) cannot be differentiated: the pseudo-inverse jumps under "
+            f"perturbations that raise the rank")
+    tj = _tj()
+    tt = t.transpose(-1, -2)
+    if m >= n:
+        r = tj.linalg.solve(tt @ t, tt)
+    else:
+        r = tj.linalg.solve(t @ tt, t).transpose(-1, -2)
+    rest = expected.astype(_NP_OF[t._dtype]) - np.array(r._value())
+    return _wrap(r + _concrete(rest) if np.any(rest != 0) else r)
+
 del _fn, _handler
