@@ -2147,7 +2147,10 @@ def _np_solve(a, b):
     n = A._shape[-1]
     if len(B._shape) == 1:
         # NumPy 2: b is one vector only when it is 1-D (torch also reads a batch of vectors).
-        x = _tj().linalg.solve(A, B.reshape(n, 1) if B._shape[0] == n else B)
+        if B._shape[0] != n:
+            raise ValueError(f"solve1: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                             f"signature (m,m),(m)->(m) (size {B._shape[0]} is different from {n})")
+        x = _tj().linalg.solve(A, B.reshape(n, 1))
         return _wrap(x.reshape(*x._shape[:-1]))
     if B._shape[-2] != n:
         raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
