@@ -656,12 +656,42 @@ def from_tensor(t):
 # ---- refusals --------------------------------------------------------------------------------
 
 def _read_error(what, detail=""):
+    scipy_name = _scipy_caller(sys._getframe(2))
+    if scipy_name is not None:
+        # SciPy's Python-level functions (logsumexp, softmax, scipy.stats) convert their
+        # arguments to ndarrays: no protocol hands the call to NumPy mode.
+        return TypeError(
+            f"tapejit: {scipy_name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): "
+            f"SciPy converts the traced array to a NumPy array ({what} on it), which would lose its "
+            f"gradient. Write it with NumPy functions (np.max, np.exp, np.log, np.sum, ...) or the "
+            f"SciPy ufuncs NumPy mode differentiates (scipy.special.gammaln, digamma, erf, erfc, "
+            f"erfinv, expit, logit, ndtr, xlogy, xlog1py)")
     return TypeError(
         f"{what} reads the value of a traced array into Python inside tj.grad/tj.value_and_grad"
         f"{detail}: the gradient would silently miss everything computed from that Python "
         f"value. Keep the computation in NumPy: np.where(condition, a, b) instead of `if`, "
         f"np.sin instead of math.sin, np.stack or np.array([...]) instead of filling an array "
         f"element by element.")
+
+
+def _scipy_caller(frame):
+    """SciPy's public name of the outermost SciPy function on the stack (``scipy.special.
+    logsumexp``, ``scipy.stats.norm.logpdf``), or ``None``."""
+    found = None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy."):
+            found = frame
+        frame = frame.f_back
+    if found is None:
+        return None
+    parts = found.f_globals["__name__"].split(".")
+    public = ".".join(p for p in parts[:2] if not p.startswith("_"))
+    owner = found.f_locals.get("self")
+    dist = getattr(owner, "name", None) if owner is not None else None
+    if isinstance(dist, str):   # a scipy.stats distribution's method: norm.logpdf
+        return f"{public}.{dist}.{found.f_code.co_name}"
+    return f"{public}.{found.f_code.co_name}"
 
 
 def _refuse_tensor_api(frame):
@@ -895,9 +925,9 @@ def _binary(ufunc, a, b):
         return _remainder(np.remainder, np.floor_divide, ta, tb, dt)
     if ufunc is np.fmod:
         return _remainder(np.fmod, _trunc_divide, ta, tb, dt)
-    fn = _BINARY_FLOAT.get(ufunc)
+    fn = _BINARY_FLOAT.get(ufunc) or _scipy_ufuncs().get(ufunc)
     if fn is None:
-        raise _interop._unsupported(f"numpy.{ufunc.__name__}")
+        raise _interop._unsupported(_ufunc_name(ufunc))
     if not isinstance(ta, Tensor):
         ta = _concrete(np.asarray(ta, dt))
     if not isinstance(tb, Tensor):
@@ -942,39 +972,22 @@ def _tj():
     return tapejit
 
 
-def _logaddexp2(a, b):
-    ln2 = float(np.log(2.0))
-    return _interop._logaddexp(a * ln2, b * ln2) * (1.0 / ln2)
-
-
-def _hypot(a, b):
-    return (a * a + b * b).sqrt()
-
-
-def _fmax(a, b):
-    # NumPy's fmax ignores a NaN operand: the other one wins.
-    tj = _tj()
-    return tj.where(tj.isnan(b), a, tj.where(tj.isnan(a), b, tj.maximum(a, b)))
-
-
-def _fmin(a, b):
-    tj = _tj()
-    return tj.where(tj.isnan(b), a, tj.where(tj.isnan(a), b, tj.minimum(a, b)))
-
-
 def _copysign(a, b):
     sign = _concrete(np.where(np.signbit(b._value()), -1.0, 1.0).astype(_NP_OF[a._dtype]))
     return a.abs() * sign
 
 
+# The registry's ops (tapejit/ops/special.py): each with its own derivative, exact at the
+# points where a composition of elementary ops is not (arcsinh at 0, hypot at (0, 0)).
 _BINARY_FLOAT = {
     np.maximum: lambda a, b: _tj().maximum(a, b),
     np.minimum: lambda a, b: _tj().minimum(a, b),
-    np.fmax: _fmax,
-    np.fmin: _fmin,
+    np.fmax: lambda a, b: _tj().fmax(a, b),
+    np.fmin: lambda a, b: _tj().fmin(a, b),
     np.logaddexp: _interop._logaddexp,
-    np.logaddexp2: _logaddexp2,
-    np.hypot: _hypot,
+    np.logaddexp2: lambda a, b: _tj().logaddexp2(a, b),
+    np.hypot: lambda a, b: _tj().hypot(a, b),
+    np.arctan2: lambda a, b: _tj().atan2(a, b),
     np.copysign: _copysign,
 }
 
@@ -988,11 +1001,59 @@ _UNARY_FLOAT.update({
     np.degrees: lambda x: x * (1.0 / _DEG),
     np.conjugate: lambda x: x,
     np.fabs: lambda x: x.abs(),
-    np.arcsinh: lambda x: x.sign() * (x.abs() + (x * x + 1.0).sqrt()).log(),
-    np.arccosh: lambda x: (x + (x * x - 1.0).sqrt()).log(),
-    np.arctanh: lambda x: ((1.0 + x) / (1.0 - x)).log() * 0.5,
+    np.arcsin: lambda x: _tj().asin(x),
+    np.arccos: lambda x: _tj().acos(x),
+    np.arctan: lambda x: _tj().atan(x),
+    np.arcsinh: lambda x: _tj().asinh(x),
+    np.arccosh: lambda x: _tj().acosh(x),
+    np.arctanh: lambda x: _tj().atanh(x),
+    np.sinh: lambda x: _tj().sinh(x),
+    np.cosh: lambda x: _tj().cosh(x),
     np.cbrt: lambda x: x.sign() * x.abs() ** (1.0 / 3.0),
 })
+
+
+def _scipy_ufuncs():
+    """SciPy's ufuncs NumPy mode differentiates (registry ops), once SciPy is imported: a
+    SciPy ufunc reaching ``__array_ufunc__`` means the caller has imported it."""
+    global _SCIPY_UFUNCS
+    if _SCIPY_UFUNCS is None:
+        special = sys.modules.get("scipy.special")
+        if special is None:
+            return {}
+        tj = _tj()
+        _SCIPY_UFUNCS = {
+            special.gammaln: tj.special.gammaln,
+            special.psi: tj.special.digamma,   # scipy.special.digamma is psi
+            special.erf: tj.special.erf,
+            special.erfc: tj.special.erfc,
+            special.erfinv: tj.special.erfinv,
+            special.expit: tj.special.expit,
+            special.logit: tj.special.logit,
+            special.ndtr: tj.special.ndtr,
+            special.exp2: tj.special.exp2,
+            special.expm1: tj.special.expm1,
+            special.log1p: tj.special.log1p,
+            special.xlogy: tj.special.xlogy,
+            special.xlog1py: tj.special.xlog1py,
+        }
+    return _SCIPY_UFUNCS
+
+
+_SCIPY_UFUNCS = None
+
+
+def _ufunc_name(ufunc):
+    """``numpy.arcsin``, or SciPy's name for a SciPy ufunc (``scipy.special.gammaln``)."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return f"numpy.{name}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, name, None) is ufunc:
+        return f"scipy.special.{name}"
+    return f"numpy.{name}"
+
+
 for _u in (*_UNARY_FLOAT, np.rint):
     if _u.__name__ not in ("negative", "positive", "absolute", "square", "reciprocal", "sign", "isnan",
                            "isinf", "isfinite", "logical_not", "conjugate"):
@@ -1016,9 +1077,9 @@ def _unary(ufunc, x):
         t = _cast(t, _F64)
     if ufunc is np.sign:
         return _wrap(t.sign())
-    fn = _UNARY_FLOAT.get(ufunc)
+    fn = _UNARY_FLOAT.get(ufunc) or _scipy_ufuncs().get(ufunc)
     if fn is None:
-        raise _interop._unsupported(f"numpy.{ufunc.__name__}")
+        raise _interop._unsupported(_ufunc_name(ufunc))
     return _wrap(fn(t))
 
 
@@ -1047,7 +1108,7 @@ def _inplace(x, ufunc, other):
 
 
 def _array_ufunc(ufunc, method, inputs, kwargs):
-    name = f"numpy.{ufunc.__name__}"
+    name = _ufunc_name(ufunc)
     out = kwargs.pop("out", None)
     if out is not None and out is not Ellipsis:
         raise _interop._unsupported(f"{name} with out=", " (in-place output)")
@@ -1723,10 +1784,11 @@ def _tensordot(a, b, axes=2):
 
 @implements(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
+    # torch.linalg.norm has NumPy's rules (vector or matrix by axis and ndim, the same ords).
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         t = _cast(t, _F64)
-    return _out(_interop._norm(t, ord, axis, keepdims))
+    return _wrap(_tj().linalg.norm(t, ord, axis, bool(keepdims)))
 
 
 @implements(np.where)
@@ -1943,14 +2005,7 @@ def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         return _wrap(t)
-    v = t._value()
-    info = np.finfo(_NP_OF[t._dtype])
-    fixed = np.nan_to_num(v, nan=nan, posinf=posinf if posinf is not None else info.max,
-                          neginf=neginf if neginf is not None else info.min)
-    bad = ~np.isfinite(v)
-    if not bad.any():
-        return _wrap(t)
-    return _wrap(_tj().where(_concrete(bad), _concrete(fixed.astype(_NP_OF[t._dtype])), t))
+    return _wrap(_tj().nan_to_num(t, nan, posinf, neginf))   # the registry's op: no value read
 
 
 @implements(np.sinc)
@@ -1958,11 +2013,7 @@ def _sinc(x):
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         t = _cast(t, _F64)
-    v = t._value()
-    zero = _concrete(v == 0)
-    px = t * float(np.pi)
-    safe = _tj().where(zero, _concrete(np.ones_like(v)), px)
-    return _wrap(_tj().where(zero, _concrete(np.ones_like(v)), safe.sin() / safe))
+    return _wrap(_tj().sinc(t))
 
 
 @implements(np.kron)
@@ -1990,5 +2041,158 @@ def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
          x[..., 0] * y[..., 1] - x[..., 1] * y[..., 0]]
     return _np_moveaxis(_stack(c, axis=-1), -1, axisc)
 
+
+@implements(np.einsum)
+def _einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    if out is not None:
+        raise _interop._unsupported("numpy.einsum with out=")
+    if not operands or not isinstance(operands[0], str):
+        raise _interop._unsupported("numpy.einsum", " with sublists (einsum(a, [0, 1], ...)); write the "
+                                    "subscripts as a string")
+    equation, parts = operands[0], _operands(*operands[1:])
+    if dtype is not None:
+        parts = [_tensor_of(_astype(_wrap(p), dtype, False)) for p in parts]
+    return _wrap(_tj().einsum(equation.replace(" ", ""), *parts))
+
+
+# ---- np.linalg: the registry's decompositions (tapejit/linalg.py), NumPy's signatures ----------
+
+def _linalg_operand(a, name):
+    t = _tensor_of(a)
+    if not t._dtype.is_floating_point:
+        t = _cast(t, _F64)   # NumPy's linalg computes integers in float64
+    if len(t._shape) < 2:
+        raise np.linalg.LinAlgError(f"{len(t._shape)}-dimensional array given. Array must be at least "
+                                    f"two-dimensional")
+    return t
+
+
+def _linalg_result(kind, *parts):
+    """NumPy's named result (``SVDResult``, ``EighResult``, ``SlogdetResult``) of traced arrays."""
+    cls = getattr(getattr(np.linalg, "_linalg", None), kind, None)
+    parts = [_wrap(p) for p in parts]
+    return cls(*parts) if cls is not None else tuple(parts)
+
+
+@implements(np.linalg.svd)
+def _np_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    t = _linalg_operand(a, "svd")
+    if hermitian:
+        raise _interop._unsupported("numpy.linalg.svd with hermitian=True", " (use numpy.linalg.eigh)")
+    if not compute_uv:
+        return _wrap(_tj().linalg.svdvals(t))
+    m, n = t._shape[-2:]
+    if full_matrices and m != n:
+        # The columns of U (rows of Vh) past min(m, n) are any orthonormal completion: no
+        # derivative exists (torch ignores their gradient, which would be silently wrong here).
+        raise TypeError(
+            f"tapejit: numpy.linalg.svd with full_matrices=True (NumPy's default) of a {m}x{n} matrix "
+            f"cannot be differentiated: the {max(m, n) - min(m, n)} extra singular vectors are not "
+            f"unique. Pass full_matrices=False (or compute_uv=False for the singular values only)")
+    U, S, Vh = _tj().linalg.svd(t, full_matrices=False)
+    return _linalg_result("SVDResult", U, S, Vh)
+
+
+def _symmetric_from(t, UPLO):
+    """The symmetric matrix NumPy's ``eigh``/``cholesky`` read from ``t``'s ``UPLO``
+    triangle, as one gather: the other triangle gets no gradient, and each element of the
+    read one gets the gradient of both places it fills (torch's gradient, symmetric, is the
+    derivative for symmetric input only)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    n = t._shape[-1]
+    if t._shape[-2] != n:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    grid = _positions(t)
+    read = np.tri(n, dtype=bool) if UPLO == "L" else np.tri(n, dtype=bool).T
+    return _take(t, np.where(read, grid, np.swapaxes(grid, -1, -2)))
+
+
+@implements(np.linalg.eigh)
+def _np_eigh(a, UPLO="L"):
+    L, Q = _tj().linalg.eigh(_symmetric_from(_linalg_operand(a, "eigh"), UPLO), UPLO)
+    return _linalg_result("EighResult", L, Q)
+
+
+@implements(np.linalg.eigvalsh)
+def _np_eigvalsh(a, UPLO="L"):
+    return _wrap(_tj().linalg.eigvalsh(_symmetric_from(_linalg_operand(a, "eigvalsh"), UPLO), UPLO))
+
+
+@implements(np.linalg.det)
+def _np_det(a):
+    return _wrap(_tj().linalg.det(_linalg_operand(a, "det")))
+
+
+@implements(np.linalg.slogdet)
+def _np_slogdet(a):
+    sign, logabsdet = _tj().linalg.slogdet(_linalg_operand(a, "slogdet"))
+    return _linalg_result("SlogdetResult", sign, logabsdet)
+
+
+@implements(np.linalg.inv)
+def _np_inv(a):
+    return _wrap(_tj().linalg.inv(_linalg_operand(a, "inv")))
+
+
+@implements(np.linalg.cholesky)
+def _np_cholesky(a, /, *, upper=False):
+    t = _symmetric_from(_linalg_operand(a, "cholesky"), "U" if upper else "L")
+    return _wrap(_tj().linalg.cholesky(t, upper=upper))
+
+
+@implements(np.linalg.solve)
+def _np_solve(a, b):
+    A, B = _promoted([_linalg_operand(a, "solve"), _tensor_of(b)])
+    n = A._shape[-1]
+    if len(B._shape) == 1:
+        # NumPy 2: b is one vector only when it is 1-D (torch also reads a batch of vectors).
+        if B._shape[0] != n:
+            raise ValueError(f"solve1: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                             f"signature (m,m),(m)->(m) (size {B._shape[0]} is different from {n})")
+        x = _tj().linalg.solve(A, B.reshape(n, 1))
+        return _wrap(x.reshape(*x._shape[:-1]))
+    if B._shape[-2] != n:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                         f"signature (m,m),(m,n)->(m,n) (size {B._shape[-2]} is different from {n})")
+    if len(B._shape) < len(A._shape):   # a matrix broadcast over A's batch, never torch's vectors
+        B = B.reshape(*(1,) * (len(A._shape) - len(B._shape)), *B._shape)
+    return _wrap(_tj().linalg.solve(A, B))
+
+
+@implements(np.linalg.pinv)
+def _np_pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
+    """Of a full-rank matrix, the pseudo-inverse is ``solve(A^T A, A^T)`` (or its transpose
+    form for wide matrices), smooth there: that formula records the gradient, and a constant
+    correction gives exactly NumPy's (SVD-based) value.  At lower rank the pseudo-inverse
+    jumps under any perturbation that raises the rank: no derivative, refused."""
+    t = _linalg_operand(a, "pinv")
+    if hermitian:   # NumPy reads the lower triangle (eigh)
+        t = _symmetric_from(t, "L")
+    kwargs = {"rcond": rcond, "hermitian": hermitian}
+    if rtol is not _NO_VALUE:
+        kwargs["rtol"] = rtol
+    value = np.array(t._value())
+    expected = np.linalg.pinv(value, **kwargs)
+    m, n = t._shape[-2:]
+    # NumPy's cut: singular values at most rcond (or rtol, default max(m, n) * eps) times
+    # the largest are dropped.
+    cut = rcond if rcond is not None else rtol if rtol is not _NO_VALUE and rtol is not None \
+        else max(m, n) * np.finfo(value.dtype).eps
+    sv = np.abs(np.linalg.eigvalsh(value)) if hermitian else np.linalg.svd(value, compute_uv=False)
+    kept = sv > np.asarray(cut)[..., None] * sv.max(axis=-1, keepdims=True)
+    if not kept.all():
+        raise TypeError(
+            f"tapejit: numpy.linalg.pinv of a rank-deficient {m}x{n} matrix (rank {kept.sum(-1).min()} "
+            f"after NumPy's rcond cut) cannot be differentiated: the pseudo-inverse jumps under "
+            f"perturbations that raise the rank")
+    tj = _tj()
+    tt = t.transpose(-1, -2)
+    if m >= n:
+        r = tj.linalg.solve(tt @ t, tt)
+    else:
+        r = tj.linalg.solve(t @ tt, t).transpose(-1, -2)
+    rest = expected.astype(_NP_OF[t._dtype]) - np.array(r._value())
+    return _wrap(r + _concrete(rest) if np.any(rest != 0) else r)
 
 del _fn, _handler
