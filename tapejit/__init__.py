@@ -21,7 +21,11 @@ from tapejit import viz  # noqa: F401
 from tapejit.threads import set_num_threads, get_num_threads  # noqa: F401
 from tapejit.device import device, cuda, accelerator, backends, set_default_device, get_default_device  # noqa: F401,E501
 from tapejit.tape import Tape  # noqa: F401
-from tapejit.replay import compile, CompileError  # noqa: F401,A004
+try:
+    from tapejit.replay import compile, CompileError  # noqa: F401,A004
+except ModuleNotFoundError as missing:   # replay/ plugs in: without it eager mode still works
+    if missing.name != "tapejit.replay":
+        raise
 
 _install(globals(), Tensor)
 from tapejit import _compat  # noqa: E402

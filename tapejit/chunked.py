@@ -569,7 +569,7 @@ def _listed(rows, ints):
     """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
     if not _lists[rows[:, 0] >> 1].any():
         return []
-    from tapejit.replay._graph import listed_operands
+    from tapejit.dependencies import listed_operands   # upward (it reads the ops' opcodes): to invert
     return listed_operands(rows, ints)[1].tolist()
 
 

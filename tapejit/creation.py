@@ -532,8 +532,7 @@ def manual_seed(seed):
 def rng():
     """The generator behind every random op (tj.compile refuses random ops in a trace)."""
     if _state.trace is not None:
-        from tapejit.replay.trace import refuse_random, _caller
-        refuse_random(_caller()[0])
+        _state.trace.on_random()
     return _rng[0]
 
 

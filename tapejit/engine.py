@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from tapejit import chunked, registry
+from tapejit.dependencies import dependencies, listed_operands
 from tapejit.ops.core import CAST
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
@@ -30,7 +31,9 @@ FREED = (
     "through the graph a second time or if you need to access saved tensors after calling backward.")
 
 
-def _as_seed(root, grad):
+def seed_value(root, grad):
+    """The flat seed for ``root``'s backward: ones for a scalar when ``grad`` is None, else
+    ``grad`` checked against ``root``'s shape (torch's errors)."""
     if grad is None:
         if root._numel != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -56,15 +59,14 @@ def _seeds(outputs, grads, create_graph):
     for t, g in zip(outputs, grads):
         if not t._rg:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        seeds.append((t, _as_seed(t, g)))
+        seeds.append((t, seed_value(t, g)))
     return seeds
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
     if state.trace is not None:   # inside tj.compile's first call: also kept for the replays
-        from tapejit.replay import trace
-        return trace.backward(state.trace, tensors, grad_tensors, retain_graph, create_graph, inputs)
+        return state.trace.on_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)
     if (grad_tensors is None and inputs is None and not retain_graph and not create_graph
             and type(tensors) is list and len(tensors) == 1 and _plain_scalar_root(tensors[0])):
         _backward_scalar(tensors[0])
@@ -73,22 +75,21 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     only = None
     if inputs is not None:
         only = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    _run(seeds, bool(retain_graph), targets=only, accumulate=True)
+    run_backward(seeds, bool(retain_graph), targets=only, accumulate=True)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, materialize_grads=False):
     """``autograd.grad``: return d(outputs)/d(inputs) without touching ``.grad``."""
     if state.trace is not None:
-        from tapejit.replay.trace import refuse
-        refuse("autograd.grad", "its results would be constants in the replays; use loss.backward() "
-               "in the function, or tj.compile(tj.grad(f)).")
+        state.trace.refuse("autograd.grad", "its results would be constants in the replays; use "
+                           "loss.backward() in the function, or tj.compile(tj.grad(f)).")
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for t in inputs:
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     seeds = _seeds(outputs, grad_outputs, create_graph)
-    found = _run(seeds, bool(retain_graph), targets=inputs, accumulate=False)
+    found = run_backward(seeds, bool(retain_graph), targets=inputs, accumulate=False)
     result = []
     for t, g in zip(inputs, found):
         if g is None:
@@ -114,7 +115,7 @@ def _plain_scalar_root(root):
 
 
 def _backward_scalar(root, leaves=None):
-    """What ``_run`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks and
+    """What ``run_backward`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks and
     several roots: this fixed cost is paid on every training step.  With ``leaves`` (leaf
     tensors), returns their gradients (None where unused) and leaves ``.grad`` alone, as
     ``autograd.grad`` does."""
@@ -164,8 +165,8 @@ def _backward_scalar(root, leaves=None):
         retire_current()
     elif state.opened:
         forget_opened(tape)
-    if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
-        more = _run(older, False, leaves, leaves is None)
+    if older:   # tensors from earlier tapes: their tapes are swept next, as run_backward does
+        more = run_backward(older, False, leaves, leaves is None)
         for i, g in enumerate(more):
             if g is not None:
                 found[i] = g if found[i] is None else found[i] + g
@@ -192,7 +193,9 @@ class _Work:
         self.seeds = []
 
 
-def _run(seeds, retain, targets, accumulate):
+def run_backward(seeds, retain, targets, accumulate):
+    """Sweep back from ``seeds`` (``[(root, flat seed)]``); ``accumulate``: into the leaves'
+    ``.grad`` (backward), else returned per tensor of ``targets`` (autograd.grad)."""
     target_ids = None
     if targets is not None:
         target_ids = {}
@@ -375,7 +378,6 @@ def _unneeded_functions(tape, targets):
     their Python ``backward`` (a module's backward hooks) must not run.  A value loaded from
     an older tape counts as leading to a target (its graph is not followed): a Function is
     skipped only when certainly unneeded."""
-    from tapejit.replay._graph import dependencies, listed_operands
     rec = tape.rec[:tape.nrec]
     ids = {id(t) for t in targets}
     wanted = ([], [])   # per arena, the slots of targets and of needed Functions' outputs

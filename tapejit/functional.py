@@ -236,10 +236,9 @@ def _differentiate(fun, argnums, has_aux, name):
 
     def value_and_gradients(args, kwargs):
         if state.trace is not None:
-            from tapejit.replay.trace import refuse
-            refuse(f"{name} called inside a function being compiled",
-                   f"its NumPy results would be frozen into every replay. Compile the "
-                   f"{name}(f) itself: tj.compile({name}(f)).")
+            state.trace.refuse(f"{name} called inside a function being compiled",
+                               f"its NumPy results would be frozen into every replay. Compile the "
+                               f"{name}(f) itself: tj.compile({name}(f)).")
         n = len(args)
         if highest >= n or lowest < -n:
             raise TypeError(f"{name}: argnums {argnums!r} is out of range for {n} positional arguments")

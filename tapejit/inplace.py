@@ -165,12 +165,18 @@ def _poison_loads(tape, t, old, before):
                 poison(tape, d, off, t, old, before)
 
 
+def check_write(t):
+    """An in-place change of concrete tensor ``t``: a tj.compile trace refuses it if ``t`` was
+    made outside the traced function."""
+    if state.trace is not None:
+        state.trace.on_write(t)
+
+
 def note_leaf_write(t, before=None):
     """A concrete tensor's array is about to change: poison saved uses on this thread's
     tape, and let tensors sharing the value (``_Shared``) follow."""
     if state.trace is not None:
-        from tapejit.replay.trace import check_write
-        check_write(t)
+        state.trace.on_write(t)
     old = getattr(t, "_version", 0)
     t._version = old + 1
     tape = state.tape

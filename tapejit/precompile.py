@@ -56,10 +56,10 @@ def _sweep_calls(dt):
 
 def _graph_walks():
     """tapejit's cached entry points outside the generated sweeps, called as their callers
-    call them (``tape._independent_halves``, ``replay._graph.dependencies``)."""
+    call them (``tape._independent_halves``, ``dependencies.dependencies``)."""
     from tapejit import registry, tape
     from tapejit.ops.core import CAST
-    from tapejit.replay import _graph
+    from tapejit import dependencies as _graph
     rec = np.zeros((1, 6), np.int64)[:0]
     none = np.flatnonzero(rec[:, 0] == 1)
     load, cast = registry.BY_NAME["load"].opcode, CAST.opcode

@@ -104,7 +104,7 @@ class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
                  "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "tracing", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
+                 "tracing", "trace", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
                  "__weakref__")
 
     def __init__(self):
@@ -146,6 +146,7 @@ class Tape:
         self._producers = None
         self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
+        self.trace = None       # ... and the Trace recording it (replay/trace.py): refuses reads
         # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
         # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None

@@ -106,12 +106,10 @@ class Tensor:
         tape = self._tape
         if tape is None:
             if _state.trace is not None and id(self) not in _state.trace.readable:
-                from tapejit.replay.trace import refuse_read
-                refuse_read()   # a tensor from outside the function: read live only by loads
+                _state.trace.on_read(self)   # a tensor from outside the function: read live only by loads
             return self._data
         if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
-            from tapejit.replay.trace import refuse_read
-            refuse_read()
+            tape.trace.on_read(self)
         try:
             tape.flush()
         except MemoryError:
@@ -307,8 +305,7 @@ class Tensor:
                 f"assigned grad has data of a different size: got {list(value._shape)}, "
                 f"expected {list(self._shape)}")
         if _state.trace is not None:
-            from tapejit.replay.trace import set_grad
-            set_grad(self, value)
+            _state.trace.on_set_grad(self, value)
         self._grad = value
 
     @property

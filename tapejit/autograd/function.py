@@ -231,9 +231,8 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         if state.trace is not None:
-            from tapejit.replay.trace import refuse
-            refuse(f"the custom autograd.Function {cls.__name__}", "its backward is Python code, "
-                   "which a replay does not run.")
+            state.trace.refuse(f"the custom autograd.Function {cls.__name__}", "its backward is "
+                               "Python code, which a replay does not run.")
         ctx = _ctx_class(cls)(cls)
         grad_on = state.grad
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._rg and grad_on for a in args)

@@ -310,7 +310,7 @@ def _update_running_stats(input, running_mean, running_var, momentum, instances)
     from tapejit.grad_mode import no_grad
     from tapejit.tape import state
     if state.trace is not None:   # tj.compile: a replay would not repeat the update
-        from tapejit.replay.trace import check_write
+        from tapejit.inplace import check_write
         check_write(running_mean)
     n, c = input._shape[:2]
     x = input._value().astype(np.float64).reshape(n, c, -1)

@@ -20,7 +20,7 @@ from tapejit.ops.movement import INDEX, _gather, broadcast_tensors, where
 from tapejit.ops.special import xlogy
 from tapejit.ops.unary import clamp, relu, softplus
 from tapejit.recording import broadcast_shapes
-from tapejit.replay import labels
+from tapejit import labels
 from tapejit.tape import current, state
 from tapejit.tensor import Tensor, _concrete
 

@@ -13,7 +13,7 @@ from tapejit.nn import functional as F
 from tapejit.nn import init
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
-from tapejit.replay.trace import check_write
+from tapejit.inplace import check_write
 from tapejit.tape import state
 from tapejit.tensor import _concrete
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.numpy_mode import from_tensor
-from tapejit.replay import labels
+from tapejit import labels
 from tapejit.replay.frozen import Frozen, Stale
 from tapejit.replay.trace import Trace, refuse, tracing
 from tapejit.tape import state

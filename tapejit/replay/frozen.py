@@ -17,7 +17,7 @@ import numpy as np
 
 from tapejit import chunked, registry
 from tapejit.ops.core import CAST
-from tapejit.replay._graph import dependencies, listed_operands
+from tapejit.dependencies import dependencies, listed_operands
 from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete

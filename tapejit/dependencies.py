@@ -1,5 +1,6 @@
-"""Dependency walks over a frozen tape, compiled: a trace's first call pays for them, and a
-10,000-op graph has 30,000 records (in Python, these walks were most of that call).
+"""Dependency walks over a tape's records, compiled (the engine skips unneeded custom
+Functions with them; tj.compile prunes a frozen trace): a trace's first call pays for them,
+and a 10,000-op graph has 30,000 records (in Python, these walks were most of that call).
 
 ``mark_dependencies`` walks records in reverse from slots marked in ``marks`` (one flag
 array per arena, indexed by slot offset) and marks the slots each marked record reads:
