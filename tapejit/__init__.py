@@ -10,6 +10,7 @@ from tapejit.dtypes import dtype  # noqa: F401
 from tapejit.tensor import Tensor, Size
 from tapejit import ops as _ops  # noqa: F401  (registers every op and front end)
 from tapejit import tensor_math as _tensor_math  # noqa: F401  (front ends built from those ops)
+from tapejit import graph as _graph  # noqa: F401  (grad_fn nodes: Tensor.grad_fn)
 from tapejit.api import install as _install, front_end as _front_end
 from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, arange, linspace,
                               eye, manual_seed, rand, randn, randint, randperm)

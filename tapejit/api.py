@@ -18,6 +18,11 @@ import inspect
 import numbers
 import os
 
+import numpy as np
+
+from tapejit.dtypes import type_name
+from tapejit.tensor import Tensor
+
 EXPORTS = []   # (name, fn, method_name_or_None, dunders)
 
 
@@ -79,8 +84,6 @@ _operand_types = ()   # filled by _types() once Tensor exists
 def _types():
     global _operand_types
     if not _operand_types:
-        import numpy as np
-        from tapejit.tensor import Tensor
         _operand_types = (Tensor, float, int, np.ndarray, np.generic, list, tuple, numbers.Real)
     return _operand_types
 
@@ -89,16 +92,6 @@ def is_operand(x):
     """Whether ``x`` can stand for a tensor operand: a Tensor, a real number, a NumPy
     array or scalar, or a (nested) sequence of them."""
     return isinstance(x, _types()) and not isinstance(x, complex)
-
-
-def type_name(x):
-    """The name torch's errors give the type of ``x``: ``str``, ``NoneType``, ``Tensor``,
-    ``numpy.ndarray``."""
-    from tapejit.tensor import Tensor
-    if isinstance(x, Tensor):
-        return "Tensor"
-    t = type(x)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def argument_error(fn, name, position, value, kind):
@@ -113,7 +106,6 @@ def _reject(value, fn, name, position, kind):
 
 
 def _reject_tensors(value, fn, name, position):
-    from tapejit.tensor import Tensor
     if not isinstance(value, (list, tuple)):
         raise argument_error(fn, name, position, value, TENSORS)
     for i, x in enumerate(value):
@@ -225,5 +217,4 @@ def front_end(fn, public=None, method=False):
 
 
 def _tensor_cls():
-    from tapejit.tensor import Tensor
     return Tensor

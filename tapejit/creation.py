@@ -11,7 +11,7 @@ from tapejit import dtypes
 from tapejit.api import export
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
-from tapejit.tensor import Size, Tensor, _concrete
+from tapejit.tensor import Size, Tensor, _concrete, provide as _provide_to_tensor
 
 _rng = [np.random.default_rng()]
 
@@ -604,3 +604,6 @@ def rand_like(input, dtype=None, device=None, requires_grad=False):
 @export()
 def randn_like(input, dtype=None, device=None, requires_grad=False):
     return randn(*input._shape, dtype=dtype or input._dtype, device=device, requires_grad=requires_grad)
+
+
+_provide_to_tensor(legacy_array=legacy_array)

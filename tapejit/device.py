@@ -9,6 +9,8 @@ asked.
 """
 import re
 
+from tapejit.dtypes import type_name
+
 # torch 2.13's device types, in the order its parse error lists them.
 _TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga",
           "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone")
@@ -32,7 +34,7 @@ class device:
             raise _index_error(type)
         elif not isinstance(type, str):
             raise TypeError(f"device() received an invalid combination of arguments - got "
-                            f"({_type_name(type)}), but expected one of:\n * (torch.device device)\n"
+                            f"({type_name(type)}), but expected one of:\n * (torch.device device)\n"
                             f" * (str type, int index = -1)")
         else:
             match = _DEVICE_STRING.fullmatch(type)
@@ -73,11 +75,6 @@ class device:
     def __reduce__(self):
         # By value, in every pickle protocol (slots alone need protocol 2 and a BUILD).
         return device, (self.type, self.index)
-
-
-def _type_name(x):
-    from tapejit.api import type_name
-    return type_name(x)
 
 
 def _parse(text):

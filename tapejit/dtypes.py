@@ -71,7 +71,6 @@ def as_dtype(d, fn=None):
     if d is builtins.bool:
         return bool_
     if not (isinstance(d, np.dtype) or (isinstance(d, type) and issubclass(d, np.generic))):
-        from tapejit.api import type_name
         where = f"{fn}(): argument 'dtype'" if fn else "dtype"
         raise TypeError(f"{where} must be tapejit.dtype, not {type_name(d)}")
     npd = np.dtype(d)
@@ -109,6 +108,16 @@ def data_dtype(npd, fn="tensor"):
 
 # torch's ScalarType names, as its kernels' errors spell them ("not implemented for 'Long'").
 SCALAR_TYPE_NAMES = {"float64": "Double", "float32": "Float", "int64": "Long", "bool": "Bool"}
+
+
+def type_name(x):
+    """The name torch's errors give the type of ``x``: ``str``, ``NoneType``, ``Tensor``,
+    ``numpy.ndarray``."""
+    t = type(x)
+    # A Tensor (or subclass: Parameter) by its class, which this bottom layer does not import
+    if any(c.__name__ == "Tensor" and c.__module__ == "tapejit.tensor" for c in t.__mro__):
+        return "Tensor"
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def not_implemented(kernel, dt):

@@ -20,7 +20,7 @@ from tapejit.dependencies import dependencies, listed_operands
 from tapejit.ops.core import CAST
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 _grad_lock = threading.Lock()
 
@@ -503,3 +503,6 @@ def _accumulate(t, g):
             current._data += g
         else:
             t._grad = _concrete(current._value() + g)
+
+
+_provide_to_tensor(backward=backward)

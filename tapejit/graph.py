@@ -15,7 +15,7 @@ records it shows (a tape that a node refers to is never reused anyway).
 import weakref
 
 from tapejit import registry
-from tapejit.tensor import Tensor
+from tapejit.tensor import Tensor, provide as _provide_to_tensor
 
 _classes = {}
 _nodes = weakref.WeakValueDictionary()          # (tape serial, record) -> Node
@@ -135,3 +135,6 @@ def _accumulator(leaf):
 def node_for(t):
     """The grad_fn of taped tensor ``t``."""
     return _node_at(t._tape, t._dtype.arena, t._off)
+
+
+_provide_to_tensor(node_for=node_for)

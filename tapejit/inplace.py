@@ -22,6 +22,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit.tape import state, recording_tape
+from tapejit.tensor import _taped, provide as _provide_to_tensor
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 LEAF_VIEW_ERROR = ("a view of a leaf Variable that requires grad is being used in an in-place "
@@ -437,7 +438,6 @@ def detach_in_place(t):
     if tape is None:
         t._rg = False
         return t
-    from tapejit.tensor import _taped
     twin = _taped(tape, t._off, t._shape, t._numel, t._dtype, t._rg)
     twin._version = getattr(t, "_version", 0)
     value = t._value()
@@ -613,7 +613,6 @@ def _note_written(root, t):
 
 
 def _poison_written(root, since=(None, None)):
-    from tapejit.tensor import _taped
     slots = _written_slots.get(id(root))
     live = []
     for ref, serial, arena, off, shape, dt in slots:
@@ -837,3 +836,7 @@ def _rebound(t):
         shared = _shared.get(id(t))
         if shared is not None:
             shared.after_rebind(t)
+
+
+_provide_to_tensor(share_value=share_value, leave_shared=leave_shared, detach_in_place=detach_in_place,
+                   note_leaf_write=note_leaf_write)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 # ---- ufuncs ----------------------------------------------------------------------------
 
@@ -514,3 +514,6 @@ def _public_name(func):
 
 
 del _name, _fn
+
+
+_provide_to_tensor(array_ufunc=array_ufunc, array_function=array_function)

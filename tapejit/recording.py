@@ -11,7 +11,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.shapes import numel as _numel
 from tapejit.tape import state, current, pack_record
-from tapejit.tensor import Tensor, _taped, _concrete
+from tapejit.tensor import Tensor, _taped, _concrete, provide as _provide_to_tensor
 
 _is_float = {dtypes.float64: True, dtypes.float32: True, dtypes.int64: False, dtypes.bool_: False}
 
@@ -323,3 +323,6 @@ def expand(x, shape):
     if tuple(sizes) == xs:
         return x
     return strided_view(EXPAND, x, tuple(sizes), tuple(strides), 0)
+
+
+_provide_to_tensor(cast=cast)

@@ -50,7 +50,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.device import device
 from tapejit.nn.parameter import Parameter
-from tapejit.tensor import Size, _concrete
+from tapejit.tensor import Size, _concrete, provide as _provide_to_tensor
 
 __all__ = ["add_safe_globals", "get_safe_globals", "load", "save"]
 
@@ -661,3 +661,6 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
         if weights_only:
             return _WeightsOnlyUnpickler(file, **pickle_load_args).load()
         return (pickle_module or pickle).Unpickler(file, **pickle_load_args).load()
+
+
+_provide_to_tensor(reduce_tensor=reduce_tensor)

@@ -10,12 +10,32 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.inplace import share_value
+from tapejit.device import CPU, check as _check_device, device as _as_device
+from tapejit.dtypes import type_name
+from tapejit.printing import tensor_repr
 from tapejit.shapes import wrap_dim
-from tapejit.tape import due_by_size, state as _state
+from tapejit.tape import due_by_size, retire_if_due, state as _state
 
 _new = object.__new__
 _BY_NUMPY = dtypes._BY_NUMPY   # NumPy dtype -> the tapejit dtype whose arrays it is
+
+
+class _Above:
+    """The functions of the layers above tensor.py that Tensor's methods call (in-place
+    bookkeeping, casts, views, backward, NumPy's protocols, pickling): each of those modules
+    hands its own over at import with ``provide``, so that tensor.py imports none of them."""
+    __slots__ = ("share_value", "leave_shared", "detach_in_place", "note_leaf_write", "legacy_array",
+                 "cast", "contiguous", "is_contiguous", "rows", "backward", "node_for",
+                 "array_ufunc", "array_function", "reduce_tensor")
+
+
+above = _Above()
+
+
+def provide(**functions):
+    """Install functions of an upper layer for Tensor's methods (see ``_Above``)."""
+    for name, function in functions.items():
+        setattr(above, name, function)
 
 
 class Size(tuple):
@@ -86,8 +106,7 @@ class Tensor:
     def __init__(self, *data, dtype=None):
         """``Tensor(data)`` or ``Tensor(*sizes)``: torch's legacy constructor, whose result
         has the default float dtype whatever ``data`` holds (``tensor()`` infers it)."""
-        from tapejit.creation import legacy_array
-        arr = legacy_array(data, dtype)
+        arr = above.legacy_array(data, dtype)
         self._tape = None
         self._off = 0
         self._data = arr
@@ -126,7 +145,6 @@ class Tensor:
         v = self._value()
         tape = self._tape
         if tape is not None and (tape.n > 64 or due_by_size(tape)):
-            from tapejit.tape import retire_if_due
             retire_if_due(tape, 5)  # this tensor, the local, the thread state, the call, its argument
         return v
 
@@ -146,12 +164,10 @@ class Tensor:
         return v.copy() if copy else v
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from tapejit.numpy_interop import array_ufunc
-        return array_ufunc(ufunc, method, inputs, kwargs)
+        return above.array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from tapejit.numpy_interop import array_function
-        return array_function(func, types, args, kwargs)
+        return above.array_function(func, types, args, kwargs)
 
     def item(self):
         if self._numel != 1:
@@ -217,7 +233,6 @@ class Tensor:
 
     @property
     def device(self):
-        from tapejit.device import CPU
         return CPU
 
     @property
@@ -234,7 +249,7 @@ class Tensor:
     def data(self):
         """The value without history, sharing memory but not the version counter (as
         ``torch``'s ``.data``): an in-place change through it is seen by the graph."""
-        return share_value(_concrete(self._value()), self, False)
+        return above.share_value(_concrete(self._value()), self, False)
 
     @data.setter
     def data(self, other):
@@ -250,8 +265,7 @@ class Tensor:
         if self._rg and not dt.is_floating_point:
             raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         _before_write(self)
-        from tapejit.inplace import leave_shared
-        leave_shared(self)
+        above.leave_shared(self)
         self._data = value
         self._shape = value.shape
         self._numel = value.size
@@ -343,16 +357,15 @@ class Tensor:
     def grad_fn(self):
         if self._tape is None or not self._rg:
             return None
-        from tapejit.graph import node_for
-        return node_for(self)
+        return above.node_for(self)
 
     @property
     def _version_counter(self):
         return getattr(self, "_version", 0)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        _engine().backward([self], None if gradient is None else [gradient], retain_graph,
-                           create_graph, inputs=inputs)
+        above.backward([self], None if gradient is None else [gradient], retain_graph,
+                       create_graph, inputs=inputs)
 
     def detach(self):
         """Same value, no history: a new leaf sharing the value and the version counter (the
@@ -360,31 +373,28 @@ class Tensor:
         tape = self._tape
         if tape is not None and tape.tracing:   # tj.compile: the slot itself, recomputed by replays
             return _taped(tape, self._off, self._shape, self._numel, self._dtype, False)
-        return share_value(_concrete(self._value()), self, True)
+        return above.share_value(_concrete(self._value()), self, True)
 
     def detach_(self):
         """``detach()`` in place: this tensor becomes a leaf without history; records that
         saved its value still see in-place changes of it (one version counter)."""
-        from tapejit.inplace import detach_in_place
-        return detach_in_place(self)
+        return above.detach_in_place(self)
 
     # ---- conversions -----------------------------------------------------------------------
 
     def to(self, *args, **kwargs):
-        from tapejit.device import check
         dt = kwargs.get("dtype")
-        check(kwargs.get("device"))
+        _check_device(kwargs.get("device"))
         for a in args:
             if isinstance(a, (dtypes.dtype, type, np.dtype)):
                 dt = a
             elif isinstance(a, Tensor):
                 dt = a._dtype
             else:
-                check(a)    # a device: the CPU, or an error
+                _check_device(a)    # a device: the CPU, or an error
         if dt is None:
             return self
-        from tapejit.recording import cast
-        return cast(self, dtypes.as_dtype(dt))
+        return above.cast(self, dtypes.as_dtype(dt))
 
     def type(self, dtype=None, non_blocking=False, **kwargs):
         """torch's legacy type names: ``x.type()`` is ``'torch.FloatTensor'`` (the strings
@@ -399,12 +409,10 @@ class Tensor:
         dt = _legacy_type_dtype(dtype)
         if dt is self._dtype:
             return self
-        from tapejit.recording import cast
-        return cast(self, dt)
+        return above.cast(self, dt)
 
     def type_as(self, other):
         if not isinstance(other, Tensor):
-            from tapejit.api import type_name
             raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type_name(other)}")
         return self.type(other._dtype)
 
@@ -428,25 +436,21 @@ class Tensor:
 
     def cuda(self, device=None, non_blocking=False, memory_format=None):
         """Raises a CPU-only torch build's error: tapejit has no CUDA device."""
-        from tapejit.device import check, device as as_device
         if device is None:
             device = "cuda"
-        elif not isinstance(device, int) and as_device(device).type != "cuda":
+        elif not isinstance(device, int) and _as_device(device).type != "cuda":
             raise RuntimeError("Invalid device, must be cuda device")
-        check(device)
+        _check_device(device)
 
     def contiguous(self, memory_format=None):
-        from tapejit.ops.movement import contiguous
-        return contiguous(self)
+        return above.contiguous(self)
 
     def is_contiguous(self, memory_format=None):
-        from tapejit.ops.movement import is_contiguous
-        return is_contiguous(self)
+        return above.is_contiguous(self)
 
     # ---- printing --------------------------------------------------------------------------
 
     def __repr__(self):
-        from tapejit.printing import tensor_repr
         return tensor_repr(self)
 
     __str__ = __repr__
@@ -461,12 +465,10 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         if self._tape is None and not self._rg:
             return iter([_concrete(row) for row in self._data])
-        from tapejit.ops.movement import _rows
-        return iter(_rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
+        return iter(above.rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 
     def __reduce__(self):
-        from tapejit.serialization import reduce_tensor
-        return reduce_tensor(self)
+        return above.reduce_tensor(self)
 
     def __deepcopy__(self, memo):
         if self._tape is not None:
@@ -504,11 +506,6 @@ def _legacy_type_dtype(spec):
     raise ValueError(f"invalid type: {spec!r}")
 
 
-def _engine():
-    import tapejit.engine
-    return tapejit.engine
-
-
 def _rebuild(array, rg):
     """Files saved before tapejit's array records (NumPy's pickle; weights_only=False)."""
     return _concrete(array, rg)
@@ -527,5 +524,4 @@ class _HookHandle:
 
 def _before_write(t):
     """A leaf is about to change in place: bump its version and let tapes notice."""
-    from tapejit.inplace import note_leaf_write
-    note_leaf_write(t)
+    above.note_leaf_write(t)

@@ -19,12 +19,12 @@ from tapejit import dtypes as _dtypes
 from tapejit.api import export
 from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
-from tapejit.ops.movement import _gather, _index_values, _plain, _slice_dim
+from tapejit.ops.movement import _gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
                                on_tape, record, result_dtype)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 def _tj():
     import tapejit
@@ -961,3 +961,7 @@ def bitwise_not(input):
         raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{_TORCH_SCALAR[input._dtype.name]}'")
     v = input._value()
     return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
+
+
+# Tensor methods that are ops (tensor.py sits below ops)
+_provide_to_tensor(contiguous=contiguous, is_contiguous=is_contiguous, rows=_rows)
