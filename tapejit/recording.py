@@ -8,10 +8,26 @@ NumPy and give concrete tensors.
 """
 import numpy as np
 
-from tapejit import dtypes
+from tapejit import dtypes, registry
+from tapejit.creation import _shared, _to_array
 from tapejit.shapes import numel as _numel
 from tapejit.tape import state, current, pack_record
 from tapejit.tensor import Tensor, _taped, _concrete, provide as _provide_to_tensor
+
+_OPS = registry.BY_NAME   # cast and expand: ops defined in ops/, above this module
+
+
+class _Above:
+    """What recording calls in ops/ (above it), handed over at import with ``provide``."""
+    __slots__ = ("strided_view",)
+
+
+above = _Above()
+
+
+def provide(**functions):
+    for name, function in functions.items():
+        setattr(above, name, function)
 
 _is_float = {dtypes.float64: True, dtypes.float32: True, dtypes.int64: False, dtypes.bool_: False}
 
@@ -22,9 +38,7 @@ def as_tensor_operand(x, like=None):
         return x
     if state.trace is not None and isinstance(x, np.ndarray) and x.dtype in (np.float64, np.float32):
         # tj.compile: the caller's array is read live by every replay, not copied once
-        from tapejit.creation import _shared
         return _shared(np.ascontiguousarray(x))
-    from tapejit.creation import _to_array
     arr = _to_array(x, None)
     if like is not None and arr.dtype == np.float64 and not isinstance(x, np.ndarray):
         arr = arr.astype(like._dtype.np if like._dtype.is_floating_point else dtypes.get_default_dtype().np)
@@ -256,7 +270,6 @@ def float_input(x):
 
 def cast(x, dt):
     """``x.to(dt)``: a record when the value is differentiable or lazy, NumPy otherwise."""
-    from tapejit.ops.core import CAST
     if x._dtype is dt:
         return x
     if not dt.is_floating_point or not x._dtype.is_floating_point:
@@ -273,8 +286,9 @@ def cast(x, dt):
     src = operand(tape, x, x._dtype)
     n = x._numel
     off = tape.alloc(dt.arena, n)
-    tape.append(CAST.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
-    tape.groups |= CAST.bit
+    op = _OPS["cast"]
+    tape.append(op.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
+    tape.groups |= op.bit
     return _taped(tape, off, x._shape, n, dt, rg)
 
 
@@ -289,7 +303,6 @@ def contiguous_strides(shape):
 
 def expand(x, shape):
     """Broadcast ``x`` to ``shape`` (the gradient sums back over broadcast dims)."""
-    from tapejit.ops.movement import strided_view, EXPAND
     shape = tuple(shape)
     xs = x._shape
     if len(shape) < len(xs):
@@ -322,7 +335,7 @@ def expand(x, shape):
         sizes.append(size)
     if tuple(sizes) == xs:
         return x
-    return strided_view(EXPAND, x, tuple(sizes), tuple(strides), 0)
+    return above.strided_view(_OPS["expand"], x, tuple(sizes), tuple(strides), 0)
 
 
 _provide_to_tensor(cast=cast)

@@ -19,7 +19,9 @@ from tapejit import dtypes as _dtypes
 from tapejit.api import export
 from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
-from tapejit.ops.movement import _gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous
+from tapejit.ops.movement import (_gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous,
+                                  strided_view)
+from tapejit import recording as _recording
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
                                on_tape, record, result_dtype)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
@@ -963,5 +965,7 @@ def bitwise_not(input):
     return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
 
 
-# Tensor methods that are ops (tensor.py sits below ops)
+# Tensor methods that are ops, and recording's broadcast view: both modules sit below ops/
+# (this wiring moves into ops/movement.py, the provider, once that file is free to edit)
 _provide_to_tensor(contiguous=contiguous, is_contiguous=is_contiguous, rows=_rows)
+_recording.provide(strided_view=strided_view)
