@@ -26,6 +26,14 @@ from tapejit.tensor import Tensor
 EXPORTS = []   # (name, fn, method_name_or_None, dunders)
 
 
+class FrontEnds:
+    """``tj.<name>`` for the modules below the facade (tensor_math, numpy_interop), which do
+    not import it: the same objects, filled in by ``install``."""
+
+
+front_ends = FrontEnds()
+
+
 def export(fn=None, *, name=None, method=False, dunders=(), function=True):
     def register(f):
         public = name or f.__name__
@@ -39,6 +47,7 @@ def install(namespace, tensor_cls):
     for public, fn, meth, dunders in EXPORTS:
         if public is not None:
             namespace.setdefault(public, front_end(fn, public))
+            setattr(front_ends, public, namespace[public])
         if meth is not None:
             setattr(tensor_cls, meth, front_end(fn, meth, method=True))
         for d in dunders:

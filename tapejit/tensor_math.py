@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes as _dtypes
-from tapejit.api import export
+from tapejit.api import export, front_ends
 from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
 from tapejit.ops.movement import (_gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous,
@@ -29,8 +29,7 @@ from tapejit.tape import current as _current, state as _state
 from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 def _tj():
-    import tapejit
-    return tapejit
+    return front_ends   # tj's front ends (this module is imported by the facade, not above it)
 
 
 def _grid(shape):
