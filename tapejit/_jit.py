@@ -6,6 +6,7 @@ environment turns on bounds checks everywhere (Numba reads it itself; a CI lane 
 to catch slot-index bugs that would otherwise corrupt memory).
 """
 from numba import njit
+from numba.extending import overload
 
 from tapejit._numba_load import disk_cached
 
@@ -47,6 +48,17 @@ def small_kernel(fn):
     fn = kernel(fn)
     fn.inline_always = True
     return fn
+
+
+def overloaded(stub):
+    """Compile calls to the plain-Python ``stub`` inside kernels as the implementation the
+    decorated function returns for the argument types (Numba's ``overload``).  The stub keeps
+    it as ``overload_impl``, so the registry hash sees an edit to it."""
+    def register(implementation):
+        overload(stub)(implementation)
+        stub.overload_impl = implementation
+        return implementation
+    return register
 
 
 def sweep(fn):

@@ -15,9 +15,13 @@ Kinds of op, each with the rule shapes the sweep generator knows how to loop ove
 ``load``    brings a leaf, a constant or another tape's tensor into the arena (no kernel).
 """
 import hashlib
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
+
+import numpy as np
+from numba.core.types import Type as NumbaType
 
 
 @dataclass
@@ -133,19 +137,109 @@ def in_chunked_runs(op):
     return elementwise_kind(op) is not None or op.forward is sum_forward
 
 
-def source_files():
-    """Every file whose text can change compiled code: the op modules (rules and kernels),
-    their helpers, the generator and the Numba options."""
+# The generator's own files: any edit to them can change every sweep.
+GENERATOR_FILES = ("codegen.py", "_inline.py", "_jit.py", "registry.py")
+_COMPILED_PARTS = ("value", "grad", "grad_x", "grad_y", "forward", "backward")
+
+
+def generator_files():
     here = Path(__file__).parent
-    return sorted((here / "ops").glob("*.py")) + [here / name for name in
-                                                   ("codegen.py", "_inline.py", "_jit.py", "registry.py")]
+    return [here / name for name in GENERATOR_FILES]
 
 
-def registry_hash(files=None):
-    """Hash of the sources behind the sweeps.  Reading a dozen files costs a millisecond at
-    start-up; editing any op module (even a front end) regenerates and recompiles."""
+def _feed_constant(h, value):
+    """Feed a value a compiled function may read as a global or closure constant; anything
+    else by its type's name only (its repr could hold an address, unstable across runs)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        h.update(repr(value).encode())
+    elif isinstance(value, (tuple, list, frozenset)):
+        h.update(b"(")
+        for item in value:
+            _feed_constant(h, item)
+        h.update(b")")
+    elif isinstance(value, np.ndarray):
+        h.update(f"{value.dtype}{value.shape}".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, (np.generic, NumbaType)):   # a Numba type's repr is its signature
+        h.update(repr(value).encode())
+    else:
+        h.update(f"<{type(value).__module__}.{type(value).__qualname__}>".encode())
+
+
+def _compiled_function(value):
+    """The Python function behind what Numba compiles into the sweeps: a rule or kernel
+    (marked with ``py_func``), a helper dispatcher, or an overloaded stub (``overload_impl``)."""
+    fn = getattr(value, "py_func", None)
+    if fn is not None:
+        return fn
+    if getattr(value, "overload_impl", None) is not None:
+        return value
+    return None
+
+
+def _feed_code(h, code, fn, seen):
+    h.update(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed_code(h, const, fn, seen)
+        else:
+            _feed_constant(h, const)
+    # Globals it reads: compiled callees (followed) and constants (Numba freezes them).
+    # Names of attributes (``np.exp``) land here too; they are harmless extra reads.
+    for name in code.co_names:
+        if name in fn.__globals__:
+            value = fn.__globals__[name]
+            callee = _compiled_function(value)
+            if callee is not None:
+                _feed_function(h, callee, seen)
+            elif not callable(value) and not isinstance(value, types.ModuleType):
+                h.update(name.encode())
+                _feed_constant(h, value)
+
+
+def _feed_function(h, fn, seen):
+    if fn in seen:
+        h.update(fn.__qualname__.encode())
+        return
+    seen.add(fn)
+    h.update(f"{fn.__module__}.{fn.__qualname__}".encode())
+    _feed_code(h, fn.__code__, fn, seen)
+    _feed_constant(h, fn.__defaults__)
+    for cell in fn.__closure__ or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:     # an empty cell
+            continue
+        callee = _compiled_function(content)
+        if callee is not None:
+            _feed_function(h, callee, seen)
+        else:
+            _feed_constant(h, content)
+    h.update(b"inline" if getattr(fn, "inline_always", False) else b"call")
+    impl = getattr(fn, "overload_impl", None)
+    if impl is not None:
+        _feed_function(h, impl, seen)
+
+
+def registry_hash():
+    """Hash of what the sweeps are generated from: the generator's files, every op's table
+    entry, and the code of every compiled rule and kernel with what it calls and the
+    constants it reads.  Python that never runs inside a sweep (front ends, samples,
+    derivative formulas, comments) is not part of it, so editing it recompiles nothing.
+    A few milliseconds, once per process when the first sweep loads."""
     h = hashlib.sha256()
-    for f in files or source_files():
+    for f in generator_files():
         h.update(f.name.encode())
         h.update(f.read_bytes())
+    seen = set()
+    for op in OPS:
+        for field, value in vars(op).items():
+            if field in _COMPILED_PARTS:
+                fn = _compiled_function(value) if value is not None else None
+                if fn is not None:
+                    _feed_function(h, fn, seen)
+            elif not callable(value):
+                h.update(field.encode())
+                _feed_constant(h, value)
     return h.hexdigest()[:16]

@@ -30,9 +30,8 @@ Gate order as torch: LSTM i, f, g, o; GRU r, z, n with ``n = tanh(x_n + r * (W_h
 """
 import numpy as np
 from numba import types
-from numba.extending import overload
 
-from tapejit._jit import helper, kernel
+from tapejit._jit import helper, kernel, overloaded
 from tapejit.ops._blas import matmul_into
 from tapejit.ops._kernel_helpers import acc, at, claim, decode
 from tapejit.ops._kernel_helpers import tanh as fast_tanh
@@ -47,7 +46,7 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-@overload(sigmoid)
+@overloaded(sigmoid)
 def _sigmoid_compiled(x):
     if x == types.float32:
         # 1/2 + tanh(x/2)/2 with the vectorizable float32 tanh: within ~1e-7 of the exact
