@@ -51,6 +51,7 @@ else uses: they are set from ``flags[slot]`` before the run and cleared after it
 every chunk sees the flags chunk 0 sees.
 """
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,6 +59,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit._inline import reads
+from tapejit import threads as _threads
 from tapejit.threads import default_threads
 
 #: records shorter than this run whole: below it a parallel launch costs more than it saves
@@ -76,6 +78,7 @@ _SUM_BLOCK = None
 _lists = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
+_threads.use_executor(sys.modules[__name__])   # set_num_threads sets THREADS here
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
 _plans = {}         # see _planned
 _PLANS_KEPT = 16

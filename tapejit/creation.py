@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.api import export
+from tapejit.api import export, type_name
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
 from tapejit.tensor import Size, Tensor, _concrete, provide as _provide_to_tensor
@@ -154,7 +154,6 @@ def _scan_scalar(x, d, scan):
 
 
 def _type_name(x):
-    from tapejit.api import type_name
     return type_name(x)
 
 

@@ -15,6 +15,7 @@ records it shows (a tape that a node refers to is never reused anyway).
 import weakref
 
 from tapejit import registry
+from tapejit.ops.core import LOAD
 from tapejit.tensor import Tensor, provide as _provide_to_tensor
 
 _classes = {}
@@ -106,7 +107,6 @@ def _node_class(node_name):
 
 
 def _node_at(tape, arena, off):
-    from tapejit.ops.core import LOAD
     r = tape.producer(arena, off)
     if r is None:
         return None

@@ -20,7 +20,10 @@ import weakref
 
 import numpy as np
 
-from tapejit import registry
+from tapejit import chunked, registry, tape as _tape
+from tapejit.dtypes import SCALAR_TYPE_NAMES
+from tapejit.printing import type_name
+from tapejit.recording import cast
 from tapejit.tape import state, recording_tape
 from tapejit.tensor import _taped, provide as _provide_to_tensor
 
@@ -103,7 +106,6 @@ def _extra_table():
     """Opcode -> the values tapejit's backward rule reads that torch does not save (pow's
     rule reads its result, torch's its input)."""
     if not _EXTRA or len(_EXTRA[0]) != len(registry.OPS):
-        from tapejit import chunked
         chunked._kind_table()
         reads = chunked._saved
         table = np.stack([(reads & 1) != 0, (reads & 2) != 0, (reads & 4) != 0], axis=1)
@@ -131,7 +133,6 @@ def poison(tape, arena, off, t, old_version, before=None, saved=True, extra=Fals
                                       _saved_table()), False))
     if extra:
         marks.append((_saving_records(tape, arena, off, before, _extra_table()), True))
-    from tapejit.printing import type_name
     for rows, tapejit_only in marks:
         for r in rows.tolist():
             if tape.freed[r]:   # poisoned already, or freed: torch reports the freed graph first
@@ -755,7 +756,6 @@ def _rebind(t, other):
 
 
 def _apply(t, compute, op, since=None):
-    from tapejit.recording import cast
     check_leaf(t, op)
     if t._tape is None and 0 in t._data.strides:   # an expanded view of a tensor with no history
         from tapejit.ops.movement import _refuse_overlap
@@ -771,7 +771,6 @@ def _apply(t, compute, op, since=None):
             f"{list(result._shape)}")
     if result._dtype is not t._dtype:
         if result._dtype.is_floating_point and not t._dtype.is_floating_point:
-            from tapejit.dtypes import SCALAR_TYPE_NAMES
             raise RuntimeError(
                 f"result type {SCALAR_TYPE_NAMES[result._dtype.name]} can't be cast to the desired output "
                 f"type {SCALAR_TYPE_NAMES[t._dtype.name]}")
@@ -838,5 +837,6 @@ def _rebound(t):
             shared.after_rebind(t)
 
 
+_tape.provide(release_views=release_views)
 _provide_to_tensor(share_value=share_value, leave_shared=leave_shared, detach_in_place=detach_in_place,
                    note_leaf_write=note_leaf_write)

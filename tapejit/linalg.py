@@ -13,6 +13,8 @@ from tapejit.api import front_end as _front_end
 from tapejit.ops.linalg_dense import EIGH, EIGH_PART, INV, DET, QR, QR_PART, SLOGDET, SLOGDET_PART, SOLVE, SVD, SVD_PART
 from tapejit.ops.linalg_small import (LinAlgError, _batch_and_square, cholesky as _cholesky,
                                       solve_triangular as _solve_triangular)
+from tapejit.ops.movement import where as _where
+from tapejit.ops.reduce import norm as _norm
 from tapejit.recording import broadcast_shapes, eager, expand, on_tape, operand, record
 from tapejit.shapes import numel
 from tapejit.tape import current as _current, state as _state
@@ -163,10 +165,9 @@ def _slogdet(A, result=linalg_slogdet):
 def _logdet(A):
     """``torch.logdet``: ``log(det(A))``, NaN where the determinant is negative; torch's
     composite: ``where`` of slogdet's results."""
-    from tapejit.ops.movement import where
     _check_float(A, "logdet")
     sign, logabsdet = _slogdet(A)
-    return where(sign < 0, float("nan"), logabsdet)
+    return _where(sign < 0, float("nan"), logabsdet)
 
 
 def _solve(A, B, left=True):
@@ -388,7 +389,6 @@ def _dims(dim):
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.linalg.vector_norm`` for every real ``ord``: p > 0 and inf are the ``norm``
     op (LinalgVectorNormBackward0); -inf, 0 and p < 0 are written with existing ops."""
-    from tapejit.ops.reduce import norm as _norm
     _no_out(out, "linalg.vector_norm")
     if isinstance(ord, str) or not isinstance(ord, (int, float)):
         raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not "

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from tapejit.api import front_ends
+from tapejit.recording import as_tensor_operand
 from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 # ---- ufuncs ----------------------------------------------------------------------------
@@ -113,7 +114,6 @@ def _tensor_operand(x, like):
     dtype; Python and NumPy scalars take the float dtype of the tensor operand)."""
     if isinstance(x, Tensor):
         return x
-    from tapejit.recording import as_tensor_operand
     if isinstance(x, np.generic):
         x = x.item()
     return as_tensor_operand(x, like)

@@ -68,6 +68,19 @@ class _ThreadState(threading.local):
 state = _ThreadState()
 
 
+class _Above:
+    """What tapes call in inplace.py (above this module): handed over at import (``provide``)."""
+    __slots__ = ("release_views",)
+
+
+above = _Above()
+
+
+def provide(**functions):
+    for name, function in functions.items():
+        setattr(above, name, function)
+
+
 class _ProcessModes:
     """Modes that hold for every thread, as torch's: anomaly detection is process-wide
     (``torch.autograd.detect_anomaly`` in one thread makes every thread's backward check)."""
@@ -168,10 +181,6 @@ class Tape:
             self.thread = threading.get_ident()
 
     # ---- recording helpers ---------------------------------------------------------------
-
-    @property
-    def n_records(self):
-        return self.n
 
     def use_records(self, rec):
         """Make ``rec`` the record column.  Records are written through ``packed``, a byte
@@ -368,8 +377,7 @@ class Tape:
         """Give every tensor that still views this tape's arenas (a detached value) a copy,
         so the arenas can be reused (the tape is rewound) or freed."""
         self.views = None
-        from tapejit.inplace import release_views
-        release_views(self)
+        above.release_views(self)
 
     def flush(self):
         if self.n == self.nrec:

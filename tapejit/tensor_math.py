@@ -19,7 +19,7 @@ from tapejit import dtypes as _dtypes
 from tapejit.api import export, front_ends
 from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
-from tapejit.ops.movement import (_gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous,
+from tapejit.ops.movement import (INDEX, _gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous,
                                   strided_view)
 from tapejit import recording as _recording
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
@@ -373,7 +373,6 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
                            f"({int(counts.sum())})")
     grid = _grid(x._shape if x._shape else (1,))
     positions = np.repeat(grid, counts, axis=d)
-    from tapejit.ops.movement import INDEX
     return _gathered(INDEX, x, positions)
 
 

@@ -62,18 +62,25 @@ def blas_loaded():
         _limit_blas(_blas["threads"])
 
 
+_executor = None   # tapejit.chunked, which holds the count its sweeps read (THREADS)
+
+
+def use_executor(module):
+    """``module`` (chunked.py, above this one) holds the thread count: set at its import."""
+    global _executor
+    _executor = module
+
+
 def set_num_threads(n):
     """Use ``n`` threads inside one op: BLAS products (``matmul``, ``nn.Linear``) and the
     chunked runs of large elementwise records."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise RuntimeError(f"set_num_threads expects a positive integer, got {n!r}")
-    from tapejit import chunked
-    chunked.THREADS = n
+    _executor.THREADS = n
     _blas["threads"] = n
     _limit_blas(n)
 
 
 def get_num_threads():
     """Threads used inside one op."""
-    from tapejit import chunked
-    return chunked.THREADS
+    return _executor.THREADS
