@@ -136,10 +136,3 @@ def promote(a, b):
     if a is int64 or b is int64:
         return int64
     return bool_
-
-
-def result_with_scalar(t_dtype, scalar):
-    """Dtype of ``tensor op python_scalar``: the tensor's category wins unless the scalar is float."""
-    if isinstance(scalar, builtins.float) and not t_dtype.is_floating_point:
-        return get_default_dtype()
-    return t_dtype

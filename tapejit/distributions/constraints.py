@@ -216,10 +216,6 @@ class _PositiveDefinite(Constraint):
         return _tj().tensor(symmetric & factorable.reshape(v.shape[:-2]))
 
 
-class _RealVector(_IndependentConstraint):
-    pass
-
-
 dependent = _Dependent()
 dependent_property = _DependentProperty
 independent = _IndependentConstraint
