@@ -9,6 +9,7 @@ import pytest
 
 import tapejit as tj
 import tapejit.nn.functional as F
+from tapejit.testing import check_grads
 
 REDUCTIONS = ("none", "mean", "sum")
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-10, atol=1e-12)}
@@ -498,21 +499,10 @@ def test_multi_margin_loss_weight_errors_as_torch():
 
 # ---- central finite differences (float64) ---------------------------------------------------------
 
-def _finite_difference_check(loss_of, arrays, which, h=1e-6):
+def _finite_difference_check(loss_of, arrays, which):
     """The gradient of the scalar ``loss_of(*tensors)`` w.r.t. ``arrays[which]`` against
     central differences of the loss."""
-    leaves = [tj.tensor(a.copy(), requires_grad=(i == which)) for i, a in enumerate(arrays)]
-    loss_of(*leaves).backward()
-    analytic = leaves[which].grad.numpy()
-    numeric = np.zeros_like(arrays[which])
-    for index in np.ndindex(arrays[which].shape):
-        values = []
-        for step in (h, -h):
-            shifted = [a.copy() for a in arrays]
-            shifted[which][index] += step
-            values.append(loss_of(*[tj.tensor(a) for a in shifted]).item())
-        numeric[index] = (values[0] - values[1]) / (2 * h)
-    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-8)
+    check_grads(loss_of, arrays, wrt=which, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("case", ["smooth_l1", "huber", "kl_div", "cosine_similarity", "triplet", "poisson_full",
