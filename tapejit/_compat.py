@@ -8,7 +8,10 @@ of its own (with a recorded rule) takes precedence.
 import numpy as np
 
 from tapejit import dtypes, inplace
+from tapejit.api import type_name
+from tapejit.creation import rng
 from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write, poison, _rebound
+from tapejit.ops.movement import ONE_OF_SEVERAL, view_positions
 from tapejit.tape import recording_tape
 from tapejit.tensor import Tensor, _concrete
 
@@ -24,7 +27,6 @@ def _reshape_in_place(t, compute, numpy_view, op):
     As in torch the version counter goes up (a record that saved ``t`` then refuses its
     backward), a leaf that requires grad is refused, and a view of another tensor stays
     its view (later in-place writes through it still reach the base)."""
-    from tapejit.ops.movement import ONE_OF_SEVERAL, view_positions
     view = getattr(t, "_view", None)
     if view is ONE_OF_SEVERAL:
         raise RuntimeError(
@@ -139,7 +141,6 @@ def _fill_random(t, sample, op):
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    from tapejit.creation import rng
     if not self._dtype.is_floating_point:
         raise dtypes.not_implemented("normal_kernel_cpu", self._dtype)
     if std < 0:
@@ -148,7 +149,6 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
 
 
 def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kwargs):
-    from tapejit.creation import rng
     from_ = kwargs.pop("from", from_)   # torch's keyword is ``from``
     if kwargs:
         raise TypeError(f"uniform_() got an unexpected keyword argument '{next(iter(kwargs))}'")
@@ -171,7 +171,6 @@ _FUNCTION_FORMS = ("abs_", "cos_", "sin_", "tan_", "exp_", "expm1_", "log_", "lo
 def _function_form(name):
     def in_place_function(input, *args, **kwargs):
         if not isinstance(input, Tensor):
-            from tapejit.api import type_name
             raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
         return getattr(input, name)(*args, **kwargs)
     in_place_function.__name__ = in_place_function.__qualname__ = name

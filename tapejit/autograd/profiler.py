@@ -25,6 +25,9 @@ import threading
 import time
 import types
 
+from tapejit import api, linalg, special
+from tapejit.tensor import Tensor
+
 _active = []           # the running profilers, innermost last
 _patches = []          # (owner, name, original) to restore when the last one stops
 _ABSENT = object()
@@ -43,7 +46,6 @@ def _thread_state():
 
 
 def _shapes(args, kwargs):
-    from tapejit.tensor import Tensor
     return [list(a._shape) if isinstance(a, Tensor) else [] for a in itertools.chain(args, kwargs.values())]
 
 
@@ -140,11 +142,9 @@ def _is_op(name, fn):
 
 def _targets():
     """(owner, attribute, event name) of every timed function."""
-    import tapejit
-    from tapejit import api, linalg, special
+    import tapejit   # upward: the facade and the layers above autograd, whose functions it times
     from tapejit.nn import functional
     from tapejit.optim.optimizer import Optimizer
-    from tapejit.tensor import Tensor
     found = []
     for public, fn, meth, dunders in api.EXPORTS:
         if meth is not None:
@@ -188,7 +188,6 @@ def _patch():
     # Modules that imported a function by name (``from tapejit.ops.linalg import linear``)
     # call it through their own globals: rebind those too, and the raw functions behind
     # the front ends (``api.EXPORTS``), which op modules call directly.
-    from tapejit import api
     for public, fn, meth, dunders in api.EXPORTS:
         if id(fn) not in wrappers and public is not None and _is_op(public, fn):
             wrappers[id(fn)] = (fn, _timed(public, fn))

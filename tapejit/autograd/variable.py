@@ -3,6 +3,7 @@ tensor (``data.detach()``, sharing its memory, with ``requires_grad`` as asked),
 tensor is an instance of it."""
 import warnings
 
+from tapejit.creation import tensor
 from tapejit.tensor import Tensor
 
 
@@ -15,7 +16,6 @@ class _VariableMeta(type):
             warnings.warn("volatile was removed and now has no effect. Use `with torch.no_grad():` "
                           "instead.", UserWarning, stacklevel=2)
         if data is None:
-            from tapejit.creation import tensor
             data = tensor([])
         elif not isinstance(data, Tensor):
             raise TypeError(f"Variable data has to be a tensor, but got {type(data).__name__}")

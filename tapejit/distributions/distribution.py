@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 
 from tapejit.distributions import constraints
+from tapejit.tape import state
 
 __all__ = ["Distribution"]
 
@@ -95,12 +96,11 @@ def generator():
 def _all_valid(check, what):
     """``bool(check().all())``; inside ``tj.compile`` a replay could not repeat the check, so
     the trace is refused with a hint to turn validation off."""
-    from tapejit.tape import state
     if state.trace is not None:
-        from tapejit.replay.trace import refuse
-        refuse(f"validating {what} reads a traced tensor's value into Python",
-               "a replay could not repeat the check. Pass validate_args=False to the distribution (or "
-               "call tj.distributions.Distribution.set_default_validate_args(False)).")
+        state.trace.refuse(f"validating {what} reads a traced tensor's value into Python",
+                           "a replay could not repeat the check. Pass validate_args=False to the "
+                           "distribution (or call "
+                           "tj.distributions.Distribution.set_default_validate_args(False)).")
     return bool(check().all())
 
 

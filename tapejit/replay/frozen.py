@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from tapejit import chunked, registry
+from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
 from tapejit.dependencies import dependencies, listed_operands
 from tapejit.replay.trace import refuse
@@ -232,7 +233,6 @@ class Frozen:
 
     def _backward(self, bw):
         """A backward event, segment by segment (two dtypes, or a seed from a slot)."""
-        from tapejit.engine import _cast_backward
         tape = self.tape
         for d, off, n, seed in bw.seeds:
             if seed is None:
@@ -261,7 +261,6 @@ class Frozen:
         """Accumulate into ``.grad`` as ``engine._deliver_leaf`` does, with its common cases
         (no hooks; no gradient yet, or a plain one to add to) inline: a training step pays
         this per parameter on every replay."""
-        from tapejit.engine import _deliver_leaf, _grad_lock
         if leaves is None:
             return
         adj = self.tape.adj
