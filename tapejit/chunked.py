@@ -92,7 +92,7 @@ def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
     global _kinds, _saved, _lists, _sums, _SUM_BLOCK
     if _kinds is None or len(_kinds) != len(registry.OPS):
-        from tapejit.ops.reduce import SUM_BLOCK, sum_forward
+        from tapejit.ops.reduce import SUM_BLOCK, sum_forward   # upward: the sum kernel's block, in ops/
         _SUM_BLOCK = SUM_BLOCK
         _sums = np.array([op.forward is sum_forward for op in registry.OPS])
         _lists = np.array([op.listed is not None for op in registry.OPS])
@@ -572,7 +572,7 @@ def _listed(rows, ints):
     """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
     if not _lists[rows[:, 0] >> 1].any():
         return []
-    from tapejit.dependencies import listed_operands   # upward (it reads the ops' opcodes): to invert
+    from tapejit.dependencies import listed_operands   # upward (it reads the ops' opcodes)
     return listed_operands(rows, ints)[1].tolist()
 
 

@@ -279,7 +279,7 @@ def _numpy_semantics(name):
     """NumPy's function on tensors with NumPy's semantics: NumPy mode's implementation
     (tapejit/numpy_mode.py), which takes tensors, its traced results unwrapped."""
     def call(*args, **kwargs):
-        from tapejit import numpy_mode
+        from tapejit import numpy_mode   # upward: NumPy mode's implementation, above this module
         result = getattr(numpy_mode, name)(*args, **kwargs)
         if isinstance(result, (list, tuple)):
             return type(result)(numpy_mode.to_tensor(r) for r in result)

@@ -142,7 +142,8 @@ def _is_op(name, fn):
 
 def _targets():
     """(owner, attribute, event name) of every timed function."""
-    import tapejit   # upward: the facade and the layers above autograd, whose functions it times
+    # upward: the facade and the layers above autograd, whose functions a profile times
+    import tapejit
     from tapejit.nn import functional
     from tapejit.optim.optimizer import Optimizer
     found = []

@@ -13,7 +13,7 @@ __all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_
 
 
 def _tj():
-    import tapejit
+    import tapejit   # upward: the public API these user-level classes are written in
     return tapejit
 
 

@@ -21,7 +21,7 @@ __all__ = ["Distribution"]
 
 
 def _tj():
-    import tapejit
+    import tapejit   # upward: the public API these user-level classes are written in
     return tapejit
 
 

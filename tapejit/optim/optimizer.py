@@ -347,7 +347,7 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset the gradients: drop them (default) or zero them in place."""
         if _state.trace is not None:   # inside tj.compile: repeated by every replay
-            from tapejit.replay.trace import side_effect
+            from tapejit.replay.trace import side_effect   # only while tracing: eager needs no replay/
             return side_effect(type(self).zero_grad, self, set_to_none)
         for group in self.param_groups:
             for p, grad in with_grads(group):
