@@ -1,0 +1,477 @@
+"""Derivative formulas for ``create_graph=True`` (see ``tapejit/autograd/higher.py``).
+
+One ``@derivative(OP)`` per op (or per kernel, for ops sharing one): the vector-Jacobian
+product of the op's record written with tapejit's recorded ops, so its result can be
+differentiated again.  The formulas mirror the op modules' compiled rules (same
+subgradients: PyTorch's), in the order of ``tapejit/ops/*.py``.  Adjoints are flat; a
+formula returns ``(grad of operand a, grad of operand b)`` (None for no gradient), or
+``[(encoded operand, grad)]`` for ops with operands listed in ``ints``.
+
+Masks (relu, clamp, where, maximum) are constants: ``where(mask, g, 0)`` gives an exact
+zero off the mask, even for an infinite ``g``, as the rules and PyTorch's do.
+
+Kept here, not beside each op's rules, until the registry hashes only compiled code: as
+long as editing an op module's text recompiles every sweep, formulas live apart (they
+are plain Python).  Ops without a formula raise ``higher.unsupported`` by name.
+"""
+import math
+
+import numpy as np
+
+import tapejit as tj
+from tapejit import registry
+from tapejit.autograd.higher import derivative, slot
+from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
+from tapejit.ops import reduce as _red, unary as _un, indexed as _idx
+from tapejit.tensor import _concrete
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+_INV_SQRT_2PI = 0.3989422804014327
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+# ---- helpers: constants and the two index primitives ---------------------------------------
+
+def _zeros(n, dt):
+    return _concrete(np.zeros(n, dt.np))
+
+
+def _where(mask, a, b):
+    """``where`` with a constant NumPy mask; ``b`` may be a Python number."""
+    return tj.where(_concrete(np.asarray(mask, bool)), a, b)
+
+
+def _value(t):
+    return t._value()
+
+
+def gather(x, positions):
+    """``x[positions]`` of flat ``x`` (an ``index`` record; its gradient scatters back)."""
+    return _mov._gather(_mov.INDEX, x, np.asarray(positions, np.int64))
+
+
+def scatter_add(g, positions, size):
+    """A flat tensor of ``size`` zeros with ``g[i]`` added at ``positions[i]`` (duplicates
+    sum): the transpose of ``gather`` (a ``scatter_add`` record; its gradient gathers)."""
+    from tapejit.tensor_math import _place
+    positions = np.asarray(positions, np.int64).reshape(-1)
+    return _place(_idx.SCATTER_ADD, (size,), None, g, 1, positions, np.arange(positions.size))
+
+
+# ---- unary: arithmetic with a Python scalar (tapejit/ops/unary.py) ----------------------
+
+@derivative(_un.NEG, _un.RSUB_SCALAR)
+def _neg(c):
+    return (-c.g, None)
+
+
+@derivative(_un.ADD_SCALAR, registry.BY_NAME["sub_scalar"])
+def _identity(c):
+    return (c.g, None)
+
+
+@derivative(_un.FILL)
+def _fill(c):
+    return (_zeros(c.n, c.dt), None)
+
+
+@derivative(_un.MUL_SCALAR)
+def _mul_scalar(c):
+    return (c.g * c.c0, None)
+
+
+@derivative(_un.DIV_SCALAR)
+def _div_scalar(c):
+    return (c.g / c.c0, None)
+
+
+@derivative(_un.RDIV_SCALAR)
+def _rdiv_scalar(c):
+    return (-c.g * c.out() / c.x(), None)
+
+
+@derivative(_un.SQUARE)
+def _square(c):
+    return (c.g * 2.0 * c.x(), None)
+
+
+@derivative(_un.POW_SCALAR)
+def _pow_scalar(c):
+    e = c.c0
+    if e == 0.0:
+        return (_zeros(c.n, c.dt), None)
+    x = c.x()
+    if e == 1.0:
+        return (c.g, None)
+    if e == 2.0:
+        return (c.g * 2.0 * x, None)
+    return (c.g * e * x ** (e - 1.0), None)
+
+
+@derivative(_un.RPOW_SCALAR)
+def _rpow_scalar(c):
+    base = c.c0
+    if base == 0.0:
+        return (_where(_value(c.x()) >= 0, 0.0 * c.g, c.g * c.out() * math.log(base) if base > 0 else c.g * np.nan), None)
+    return (c.g * c.out() * math.log(base), None)
+
+
+# ---- unary: elementary functions ------------------------------------------------------------
+
+@derivative(_un.ABS)
+def _abs(c):
+    return (c.g * tj.sign(c.x()), None)
+
+
+@derivative(_un.SIGN)
+def _sign(c):
+    return (_zeros(c.n, c.dt), None)
+
+
+@derivative(_un.EXP)
+def _exp(c):
+    return (c.g * c.out(), None)
+
+
+@derivative(_un.LOG)
+def _log(c):
+    return (c.g / c.x(), None)
+
+
+@derivative(_un.LOG1P)
+def _log1p(c):
+    return (c.g / (c.x() + 1.0), None)
+
+
+@derivative(_un.EXPM1)
+def _expm1(c):
+    return (c.g * (c.out() + 1.0), None)
+
+
+@derivative(_un.SQRT)
+def _sqrt(c):
+    return (c.g / (2.0 * c.out()), None)
+
+
+@derivative(_un.RSQRT)
+def _rsqrt(c):
+    y = c.out()
+    return (-0.5 * c.g * y * y * y, None)
+
+
+@derivative(_un.SIN)
+def _sin(c):
+    return (c.g * tj.cos(c.x()), None)
+
+
+@derivative(_un.COS)
+def _cos(c):
+    return (-c.g * tj.sin(c.x()), None)
+
+
+@derivative(_un.TAN)
+def _tan(c):
+    y = c.out()
+    return (c.g * (1.0 + y * y), None)
+
+
+@derivative(_un.TANH)
+def _tanh(c):
+    y = c.out()
+    return (c.g * (1.0 - y * y), None)
+
+
+@derivative(_un.SIGMOID)
+def _sigmoid(c):
+    y = c.out()
+    return (c.g * y * (1.0 - y), None)
+
+
+@derivative(_un.RELU)
+def _relu(c):
+    return (_where(_value(c.out()) > 0, c.g, 0.0), None)
+
+
+@derivative(_un.SOFTPLUS)
+def _softplus(c):
+    beta, threshold = c.c0, c.c1
+    x = c.x()
+    linear = _value(x) * beta > threshold
+    return (_where(linear, c.g, c.g * tj.sigmoid(x * beta)), None)
+
+
+@derivative(_un.ERF)
+def _erf(c):
+    x = c.x()
+    return (c.g * _TWO_OVER_SQRT_PI * tj.exp(-(x * x)), None)
+
+
+@derivative(_un.CLAMP)
+def _clamp(c):
+    x = _value(c.x())
+    return (_where((x >= c.c0) & (x <= c.c1), c.g, 0.0), None)
+
+
+@derivative(_un.GELU)
+def _gelu(c):
+    x = c.x()
+    cdf = 0.5 * (1.0 + tj.erf(x * 0.7071067811865476))
+    pdf = _INV_SQRT_2PI * tj.exp(-0.5 * x * x)
+    return (c.g * (cdf + x * pdf), None)
+
+
+@derivative(_un.GELU_TANH)
+def _gelu_tanh(c):
+    x = c.x()
+    t = tj.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+    dinner = _SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+    return (c.g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner), None)
+
+
+@derivative(_un.LEAKY_RELU)
+def _leaky_relu(c):
+    return (_where(_value(c.x()) > 0, c.g, c.g * c.c0), None)
+
+
+# ---- binary (tapejit/ops/binary.py): q = 1 / 2 when x / y is a single element -------------
+
+def _binary(c):
+    """Operands of a binary record and how to bring a gradient back to each one's size."""
+    q = c.q
+    x = c.x(1 if q == 1 else c.n)
+    y = c.y(1 if q == 2 else c.n)
+    return x, y
+
+
+def _to(g, scalar):
+    return g.sum().reshape(1) if scalar else g
+
+
+def _pair(c, gx, gy):
+    return (None if gx is None or not c.wants_a else _to(gx, c.q == 1),
+            None if gy is None or not c.wants_b else _to(gy, c.q == 2))
+
+
+@derivative(_bin.ADD)
+def _add(c):
+    return _pair(c, c.g, c.g)
+
+
+@derivative(_bin.SUB)
+def _sub(c):
+    return _pair(c, c.g, -c.g)
+
+
+@derivative(_bin.MUL)
+def _mul(c):
+    x, y = _binary(c)
+    return _pair(c, c.g * y if c.wants_a else None, c.g * x if c.wants_b else None)
+
+
+@derivative(_bin.COPY)
+def _copy(c):
+    return _pair(c, c.g * 0.0 if c.wants_a else None, c.g)
+
+
+@derivative(_bin.DIV)
+def _div(c):
+    x, y = _binary(c)
+    gx = c.g / y
+    return _pair(c, gx, -gx * x / y if c.wants_b else None)
+
+
+@derivative(_bin.POW)
+def _pow(c):
+    x, y = _binary(c)
+    xv, yv = np.broadcast_arrays(_value(x), _value(y))
+    gx = gy = None
+    if c.wants_a:
+        gx = _where(yv == 0.0, 0.0, c.g * y * x ** (y - 1.0))
+    if c.wants_b:
+        with np.errstate(divide="ignore"):
+            gy = _where((xv == 0.0) & (yv >= 0.0), 0.0 * c.g, c.g * c.out() * tj.log(x))
+    return _pair(c, gx, gy)
+
+
+def _extreme(c, larger):
+    """maximum/minimum: the larger (smaller) operand gets g, ties split it (PyTorch's)."""
+    x, y = _binary(c)
+    xv, yv = np.broadcast_arrays(_value(x), _value(y))
+    x_wins = xv > yv if larger else xv < yv
+    y_wins = yv > xv if larger else yv < xv
+    tie = xv == yv
+    gx = _where(x_wins, c.g, _where(tie, c.g * 0.5, 0.0)) if c.wants_a else None
+    gy = _where(y_wins, c.g, _where(tie, c.g * 0.5, 0.0)) if c.wants_b else None
+    return _pair(c, gx, gy)
+
+
+@derivative(_bin.MAXIMUM)
+def _maximum(c):
+    return _extreme(c, True)
+
+
+@derivative(_bin.MINIMUM)
+def _minimum(c):
+    return _extreme(c, False)
+
+
+@derivative(_bin.CLAMP_MIN_TENSOR)
+def _clamp_min_tensor(c):
+    x, y = _binary(c)
+    keep = np.broadcast_arrays(_value(x), _value(y))
+    keep = keep[0] >= keep[1]
+    return _pair(c, _where(keep, c.g, 0.0), _where(keep, 0.0, c.g))
+
+
+@derivative(_bin.CLAMP_MAX_TENSOR)
+def _clamp_max_tensor(c):
+    x, y = _binary(c)
+    keep = np.broadcast_arrays(_value(x), _value(y))
+    keep = keep[0] <= keep[1]
+    return _pair(c, _where(keep, c.g, 0.0), _where(keep, 0.0, c.g))
+
+
+# ---- activation kernels (tapejit/ops/activation.py) ---------------------------------------
+
+@derivative(_act.SOFTMAX, _act.LOG_SOFTMAX)
+def _softmax(c):
+    outer, length, inner = (c.int(c.p + i) for i in range(3))
+    shape = (outer, length, inner)
+    g = c.g.reshape(shape)
+    y = c.out(shape)
+    if c.q == 1:   # log_softmax: g - softmax * sum(g)
+        return (g - tj.exp(y) * g.sum(1, keepdim=True), None)
+    gy = g * y
+    return (gy - y * gy.sum(1, keepdim=True), None)
+
+
+# ---- movement: copies, views, gathers, cat, where (tapejit/ops/movement.py) ----------------
+
+def _ops_with(kernel):
+    return [op for op in registry.OPS if op.forward is kernel]
+
+
+@derivative(*_ops_with(_mov.copy_range_forward))
+def _copy_range(c):
+    start, count, size = ~c.b, c.p, c.q
+    if start == 0 and count == size:
+        return (c.g, None)
+    return (scatter_add(c.g, np.arange(start, start + count), size), None)
+
+
+def _strided_positions(ints, p):
+    nd = int(ints[p])
+    start = int(ints[p + 1])
+    sizes = ints[p + 3:p + 3 + nd]
+    strides = ints[p + 3 + nd:p + 3 + 2 * nd]
+    pos = np.full(tuple(int(s) for s in sizes), start, np.int64)
+    for d in range(nd):
+        shape = [1] * nd
+        shape[d] = int(sizes[d])
+        pos = pos + (np.arange(int(sizes[d])) * int(strides[d])).reshape(shape)
+    return pos.reshape(-1), int(ints[p + 2])
+
+
+@derivative(*_ops_with(_mov.strided_forward))
+def _strided(c):
+    positions, size = _strided_positions(c.tape.ints, c.p)
+    return (scatter_add(c.g, positions, size), None)
+
+
+@derivative(*_ops_with(_mov.gather_forward))
+def _gathered(c):
+    positions = c.ints(c.p + 2, c.q)
+    return (scatter_add(c.g, positions, c.int(c.p + 1)), None)
+
+
+@derivative(*_ops_with(_mov.cat_forward))
+def _cat(c):
+    k, outer = c.int(c.p), c.int(c.p + 1)
+    inners = [c.int(c.p + 3 + 2 * j) for j in range(k)]
+    total = sum(inners)
+    g = c.g.reshape(outer, total)
+    result = []
+    at = 0
+    for j, inner in enumerate(inners):
+        enc = c.int(c.p + 2 + 2 * j)
+        if enc >= 0:
+            result.append((enc, g[:, at:at + inner]))
+        at += inner
+    return result
+
+
+@derivative(_mov.WHERE)
+def _where_op(c):
+    mask = c.ints(c.p + 1, c.q) != 0
+    return (_where(mask, c.g, 0.0) if c.wants_a else None,
+            _where(mask, 0.0, c.g) if c.wants_b else None)
+
+
+# ---- sums (tapejit/ops/reduce.py) ---------------------------------------------------------
+
+@derivative(*_ops_with(_red.sum_forward))
+def _sum(c):
+    if c.p < 0:   # a chunk of a full sum (tapejit/chunked.py): ~p elements into one
+        return (gather(c.g, np.zeros(~c.p, np.int64)), None)
+    ints = c.tape.ints
+    p = c.p
+    nd = int(ints[p])
+    sizes = [int(s) for s in ints[p + 2:p + 2 + nd]]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    pos = np.zeros(tuple(sizes), np.int64)
+    for d in range(nd):
+        shape = [1] * nd
+        shape[d] = sizes[d]
+        pos = pos + (np.arange(sizes[d]) * int(ostrides[d])).reshape(shape)
+    g = gather(c.g, pos.reshape(-1))
+    scale = c.float(c.q)
+    return (g * scale if scale != 1.0 else g, None)
+
+
+# ---- matrix products (tapejit/ops/linalg.py) ----------------------------------------------
+
+@derivative(*_ops_with(_lin.bmm_forward))
+def _bmm(c):
+    batch, m, k, n = (c.int(c.p + i) for i in range(4))
+    g = c.g.reshape(batch, m, n)
+    ga = gb = None
+    if c.wants_a:
+        ga = tj.matmul(g, c.y(batch * k * n, (batch, k, n)).transpose(1, 2))
+    if c.wants_b:
+        gb = tj.matmul(c.x(batch * m * k, (batch, m, k)).transpose(1, 2), g)
+    return (ga, gb)
+
+
+@derivative(*_ops_with(_lin.linear_forward))
+def _linear(c):
+    m, k, n, has_bias, bias = (c.int(c.p + i) for i in range(5))
+    g = c.g.reshape(m, n)
+    result = []
+    if c.wants_a:
+        result.append((c.a, tj.matmul(g, c.y(n * k, (n, k)))))
+    if c.wants_b:
+        result.append((c.b, tj.matmul(g.t(), c.x(m * k, (m, k)))))
+    if has_bias and bias >= 0:
+        result.append((bias, g.sum(0)))
+    return result
+
+
+# ---- placement (tapejit/ops/indexed.py) ---------------------------------------------------
+
+@derivative(*_ops_with(_idx.place_forward))
+def _place(c):
+    from tapejit.tensor_math import _place as place
+    ints = c.tape.ints
+    p = c.p
+    mode, has_base, n, size, src_size = (int(ints[p + i]) for i in range(5))
+    dest = ints[p + 5:p + 5 + n].copy()
+    src = ints[p + 5 + n:p + 5 + 2 * n].copy()
+    result = []
+    if has_base and c.a >= 0:
+        base_grad = c.g if mode == 1 else place(_idx.SCATTER_VALUE, (size,), c.g, None, 2, dest, None)
+        result.append((c.a, base_grad))
+    src_enc = c.b if has_base else c.a
+    if mode != 2 and src_enc >= 0:
+        result.append((src_enc, scatter_add(gather(c.g, dest), src, src_size)))
+    return result
+
