@@ -428,6 +428,57 @@ def _sum(c):
     return (g * scale if scale != 1.0 else g, None)
 
 
+def _along_axis(c):
+    """An (outer, length, inner) reduction: its input, result and gradient as 3-D tensors."""
+    outer, length, inner = (c.int(c.p + i) for i in range(3))
+    x = c.x(outer * length * inner, (outer, length, inner))
+    y = c.out((outer, 1, inner))
+    return x, y, c.g.reshape(outer, 1, inner)
+
+
+def _refuse(c, why):
+    from tapejit.autograd.higher import unsupported
+    err = unsupported(c.op)
+    return NotImplementedError(f"{err.args[0]} ({why})")
+
+
+@derivative(*_ops_with(_red.prod_forward))
+def _prod(c):
+    if c.float(c.q) == 2.0:   # a 0-d input: its gradient is g
+        return (c.g, None)
+    x, y, g = _along_axis(c)
+    if not np.any(_value(x) == 0.0):
+        return (g * y / x, None)
+    # With zeros, each element's gradient is g times the product of the others: the
+    # slice repeated once per element, that element replaced by 1, and multiplied out.
+    outer, length, inner = x.shape
+    repeated = x.unsqueeze(1).expand(outer, length, length, inner)
+    eye = np.eye(length, dtype=bool).reshape(1, length, length, 1)
+    others = _where(np.broadcast_to(eye, (outer, length, length, inner)), 1.0, repeated).prod(2)
+    return (g * others, None)
+
+
+@derivative(_red.LOGSUMEXP)
+def _logsumexp(c):
+    x, y, g = _along_axis(c)
+    if not np.all(np.isfinite(_value(y))):
+        raise _refuse(c, "an infinite result")
+    return (g * tj.exp(x - y), None)
+
+
+@derivative(*_ops_with(_red.amax_forward))
+def _amax(c):
+    """The gradient split evenly between the elements equal to the extreme (a constant
+    weight per element), as the rule does."""
+    x, y, g = _along_axis(c)
+    xv, yv = _value(x), _value(y)
+    if np.isnan(xv).any():
+        raise _refuse(c, "a NaN input")
+    ties = xv == yv
+    weights = ties / ties.sum(axis=1, keepdims=True)
+    return (g * _concrete(weights.astype(xv.dtype)), None)
+
+
 # ---- matrix products (tapejit/ops/linalg.py) ----------------------------------------------
 
 @derivative(*_ops_with(_lin.bmm_forward))
