@@ -20,7 +20,7 @@ import numpy as np
 
 import tapejit as tj
 from tapejit import registry
-from tapejit.autograd.higher import derivative, slot
+from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
 from tapejit.ops import reduce as _red, unary as _un, indexed as _idx
 from tapejit.tensor import _concrete
@@ -244,7 +244,7 @@ def _binary(c):
 
 
 def _to(g, scalar):
-    return g.sum().reshape(1) if scalar else g
+    return shaped(g.sum(), (1,)) if scalar else g
 
 
 def _pair(c, gx, gy):
@@ -337,7 +337,7 @@ def _clamp_max_tensor(c):
 def _softmax(c):
     outer, length, inner = (c.int(c.p + i) for i in range(3))
     shape = (outer, length, inner)
-    g = c.g.reshape(shape)
+    g = shaped(c.g, shape)
     y = c.out(shape)
     if c.q == 1:   # log_softmax: g - softmax * sum(g)
         return (g - tj.exp(y) * g.sum(1, keepdim=True), None)
@@ -356,7 +356,13 @@ def _copy_range(c):
     start, count, size = ~c.b, c.p, c.q
     if start == 0 and count == size:
         return (c.g, None)
-    return (scatter_add(c.g, np.arange(start, start + count), size), None)
+    # zeros, g, zeros: contiguous copies (a cat), cheaper than a scatter of every position
+    parts = [c.g]
+    if start:
+        parts.insert(0, _zeros(start, c.dt))
+    if size - start - count:
+        parts.append(_zeros(size - start - count, c.dt))
+    return (tj.cat(parts), None)
 
 
 def _strided_positions(ints, p):
@@ -389,12 +395,12 @@ def _cat(c):
     k, outer = c.int(c.p), c.int(c.p + 1)
     inners = [c.int(c.p + 3 + 2 * j) for j in range(k)]
     total = sum(inners)
-    g = c.g.reshape(outer, total)
+    g = shaped(c.g, (outer, total))
     result = []
     at = 0
     for j, inner in enumerate(inners):
         enc = c.int(c.p + 2 + 2 * j)
-        if enc >= 0:
+        if c.wants(enc):
             result.append((enc, g[:, at:at + inner]))
         at += inner
     return result
@@ -418,12 +424,8 @@ def _sum(c):
     nd = int(ints[p])
     sizes = [int(s) for s in ints[p + 2:p + 2 + nd]]
     ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
-    pos = np.zeros(tuple(sizes), np.int64)
-    for d in range(nd):
-        shape = [1] * nd
-        shape[d] = sizes[d]
-        pos = pos + (np.arange(sizes[d]) * int(ostrides[d])).reshape(shape)
-    g = gather(c.g, pos.reshape(-1))
+    # input element idx reads g at sum(idx * ostrides): a strided view of g (an expand)
+    g = _mov.strided_view(_mov.EXPAND, c.g, tuple(sizes), tuple(int(s) for s in ostrides), 0)
     scale = c.float(c.q)
     return (g * scale if scale != 1.0 else g, None)
 
@@ -433,7 +435,7 @@ def _along_axis(c):
     outer, length, inner = (c.int(c.p + i) for i in range(3))
     x = c.x(outer * length * inner, (outer, length, inner))
     y = c.out((outer, 1, inner))
-    return x, y, c.g.reshape(outer, 1, inner)
+    return x, y, shaped(c.g, (outer, 1, inner))
 
 
 def _refuse(c, why):
@@ -484,7 +486,7 @@ def _amax(c):
 @derivative(*_ops_with(_lin.bmm_forward))
 def _bmm(c):
     batch, m, k, n = (c.int(c.p + i) for i in range(4))
-    g = c.g.reshape(batch, m, n)
+    g = shaped(c.g, (batch, m, n))
     ga = gb = None
     if c.wants_a:
         ga = tj.matmul(g, c.y(batch * k * n, (batch, k, n)).transpose(1, 2))
@@ -496,13 +498,13 @@ def _bmm(c):
 @derivative(*_ops_with(_lin.linear_forward))
 def _linear(c):
     m, k, n, has_bias, bias = (c.int(c.p + i) for i in range(5))
-    g = c.g.reshape(m, n)
+    g = shaped(c.g, (m, n))
     result = []
     if c.wants_a:
         result.append((c.a, tj.matmul(g, c.y(n * k, (n, k)))))
     if c.wants_b:
         result.append((c.b, tj.matmul(g.t(), c.x(m * k, (m, k)))))
-    if has_bias and bias >= 0:
+    if has_bias and c.wants(bias):
         result.append((bias, g.sum(0)))
     return result
 
@@ -518,11 +520,11 @@ def _place(c):
     dest = ints[p + 5:p + 5 + n].copy()
     src = ints[p + 5 + n:p + 5 + 2 * n].copy()
     result = []
-    if has_base and c.a >= 0:
+    if has_base and c.wants_a:
         base_grad = c.g if mode == 1 else place(_idx.SCATTER_VALUE, (size,), c.g, None, 2, dest, None)
         result.append((c.a, base_grad))
     src_enc = c.b if has_base else c.a
-    if mode != 2 and src_enc >= 0:
+    if mode != 2 and c.wants(src_enc):
         result.append((src_enc, scatter_add(gather(c.g, dest), src, src_size)))
     return result
 

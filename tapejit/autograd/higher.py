@@ -59,9 +59,9 @@ class Ctx:
     """One record, as its formula sees it: operands ``x()``/``y()``, result ``out()``, the
     incoming gradient ``g`` (flat), the static fields and the tape's ``ints``/``floats``."""
 
-    __slots__ = ("tape", "r", "op", "arena", "dt", "out_off", "a", "b", "p", "q", "g", "n")
+    __slots__ = ("tape", "r", "op", "arena", "dt", "out_off", "a", "b", "p", "q", "g", "n", "marked")
 
-    def __init__(self, tape, r, op, row, g):
+    def __init__(self, tape, r, op, row, g, marked=None):
         code, self.out_off, self.a, self.b, self.p, self.q = row
         self.tape = tape
         self.r = r
@@ -70,6 +70,7 @@ class Ctx:
         self.dt = _ARENA_DTYPE[self.arena]
         self.g = g
         self.n = g._numel
+        self.marked = marked   # per arena, the slots leading to autograd.grad's inputs (None: all)
 
     def x(self, n=None, shape=None):
         return slot(self.tape, self.arena, self.a, self.n if n is None else n, shape)
@@ -97,13 +98,18 @@ class Ctx:
     def c1(self):
         return self.float(self.q + 1)
 
+    def wants(self, enc):
+        """Whether operand ``enc`` takes a gradient in this pass (needs one and, for
+        ``autograd.grad``, leads to one of its inputs)."""
+        return enc >= 0 and (self.marked is None or self.marked[self.arena][enc])
+
     @property
     def wants_a(self):
-        return self.a >= 0
+        return self.wants(self.a)
 
     @property
     def wants_b(self):
-        return self.b >= 0
+        return self.wants(self.b)
 
 
 def unsupported(op):
@@ -113,8 +119,20 @@ def unsupported(op):
         f"backward. See README, 'Higher-order derivatives', for the ops that support it.")
 
 
+def shaped(t, shape):
+    """``t`` with another shape of the same element count.  A taped tensor's slot is
+    contiguous, so this is a second tensor over the same slot (no record: its gradient
+    is the slot's); a reshape record would copy the values on every pass."""
+    shape = tuple(shape)
+    if t._shape == shape:
+        return t
+    if t._tape is None:
+        return t.reshape(shape)
+    return _taped(t._tape, t._off, shape, t._numel, t._dtype, t._rg)
+
+
 def _flat(t):
-    return t.reshape(-1) if len(t._shape) != 1 else t
+    return shaped(t, (t._numel,))
 
 
 def _add(adj, key, g):
@@ -139,7 +157,7 @@ def run(seeds, targets, accumulate):
     work = {}   # id(tape) -> [tape, {(arena, off): flat gradient}]
 
     def deliver(t, g):
-        g = g.reshape(t._shape) if g._shape != t._shape else g
+        g = shaped(g, t._shape)
         if t._tape is None:
             if not t._rg:
                 return
@@ -194,7 +212,7 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
             _refresh_stale(tape)
         end = tape.nrec
         rec = tape.rec[:end].copy()   # records appended by the formulas go after ``end``
-    wanted = _needed(tape, rec, targets) if targets is not None else None
+    wanted, marked = _needed(tape, rec, targets) if targets is not None else (None, None)
     target_slots = {}
     for t in targets or ():
         if t._tape is tape:
@@ -219,14 +237,14 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
         if g is None:
             continue
         if key in hooked:
-            g = _flat(_hooked(getattr(hooked[key], "_hooks", None) or (), g.reshape(hooked[key]._shape)))
+            g = _flat(_hooked(getattr(hooked[key], "_hooks", None) or (), shaped(g, hooked[key]._shape)))
         if key in retained:
             t = retained[key]
             old = getattr(t, "_grad", None)
-            t._grad = g.reshape(t._shape) if old is None else old + g.reshape(t._shape)
+            t._grad = shaped(g, t._shape) if old is None else old + shaped(g, t._shape)
         for t in target_slots.get(key, ()):
             for i in target_ids[id(t)]:
-                gi = g.reshape(t._shape)
+                gi = shaped(g, t._shape)
                 found[i] = gi if found[i] is None else found[i] + gi
         if wanted is not None and not wanted[r]:
             continue
@@ -252,11 +270,11 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
         formula = FORMULAS.get(op.name)
         if formula is None:
             raise unsupported(op)
-        ctx = Ctx(tape, r, op, row, g)
+        ctx = Ctx(tape, r, op, row, g, marked)
         result = formula(ctx)
         pairs = zip((row[2], row[3]), result) if type(result) is tuple else result
         for enc, gi in pairs:
-            if enc is None or enc < 0 or gi is None:
+            if enc is None or gi is None or not ctx.wants(enc):
                 continue
             _add(adj, (arena, enc), _flat(gi))
     # Gradients that reached slots no record of this tape produces: tensors of older tapes
@@ -264,7 +282,7 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
     for key, g in adj.items():
         for t in target_slots.get(key, ()):
             for i in target_ids[id(t)]:
-                gi = g.reshape(t._shape)
+                gi = shaped(g, t._shape)
                 found[i] = gi if found[i] is None else found[i] + gi
 
 
@@ -297,7 +315,7 @@ def _needed(tape, rec, targets):
         need[r] = hit
         if hit or (d, out) in slots:
             marked[d][out] = True
-    return need
+    return need, marked
 
 
 def _seed_tensors(outputs, grads):
