@@ -384,3 +384,33 @@ def test_trust_krylov_converges_on_100d_rosenbrock():
     res = minimize(_rosen, x0, jac=tj.grad(_rosen), hessp=tj.hvp(_rosen), method="trust-krylov")
     assert res.success
     np.testing.assert_allclose(res.x, np.ones(100), atol=1e-5)
+
+
+def test_formulas_refuse_the_cases_they_do_not_cover():
+    # where the rule's value is a special case (torch: NaN/inf gradients of a variance over
+    # too few elements), the formula raises by name instead of guessing
+    x = tj.tensor([1.0], dtype=tj.float64, requires_grad=True)
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        v = x.var()
+    with pytest.raises(NotImplementedError, match="VarBackward0.*n - correction"):
+        tj.autograd.grad(v, x, create_graph=True)
+    # binary_cross_entropy at an input of exactly 0: the rule clamps its denominator
+    p = tj.tensor([0.0, 0.5], dtype=tj.float64, requires_grad=True)
+    loss = tj.nn.functional.binary_cross_entropy(p, tj.tensor([0.0, 1.0], dtype=tj.float64))
+    with pytest.raises(NotImplementedError, match="BinaryCrossEntropyBackward0.*1e-12"):
+        tj.autograd.grad(loss, p, create_graph=True)
+
+
+def test_cumprod_raises_and_cumsum_matches_torch():
+    torch = pytest.importorskip("torch")
+    x0 = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
+
+    def second(mod):
+        x = mod.tensor(x0, requires_grad=True)
+        (g,) = mod.autograd.grad((mod.cumsum(x, 1) ** 3).sum(), x, create_graph=True)
+        return mod.autograd.grad((g * g).sum(), x)[0].numpy()
+
+    np.testing.assert_allclose(second(tj), second(torch), rtol=1e-12)
+    x = tj.tensor(x0, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="CumprodBackward0"):
+        tj.autograd.grad(tj.cumprod(x, 1).sum(), x, create_graph=True)

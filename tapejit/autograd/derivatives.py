@@ -22,7 +22,7 @@ import tapejit as tj
 from tapejit import registry
 from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
-from tapejit.ops import reduce as _red, unary as _un, indexed as _idx
+from tapejit.ops import reduce as _red, unary as _un, indexed as _idx, special as _sp
 from tapejit.tensor import _concrete
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -331,6 +331,206 @@ def _clamp_max_tensor(c):
     return _pair(c, _where(keep, c.g, 0.0), _where(keep, 0.0, c.g))
 
 
+@derivative(_bin.REMAINDER, registry.BY_NAME["remainder_scalar"])
+def _remainder(c):
+    x, y = _binary(c)
+    with np.errstate(all="ignore"):
+        quotient = np.floor_divide(*np.broadcast_arrays(_value(x), _value(y)))
+    return _pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+@derivative(_bin.FMOD, registry.BY_NAME["fmod_scalar"])
+def _fmod(c):
+    x, y = _binary(c)
+    with np.errstate(all="ignore"):
+        quotient = np.trunc(np.divide(*np.broadcast_arrays(_value(x), _value(y))))
+    return _pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+# lerp is recorded as its last step, an add (``same_kernels`` of ADD)
+derivative(_sp.LERP_SCALAR, _sp.LERP_TENSOR)(_add)
+
+
+# ---- special functions and the rarer elementary ones (tapejit/ops/special.py) ------------
+
+def _unary(op):
+    """``@_unary(OP)``: a formula ``f(c, x, y, g)`` of the input, output and gradient."""
+    def register(fn):
+        derivative(op)(lambda c: (fn(c, c.x(), c.out(), c.g), None))
+        return fn
+    return register
+
+
+@_unary(_sp.ASIN)
+def _asin(c, x, y, g):
+    return g / tj.sqrt(1.0 - x * x)
+
+
+@_unary(_sp.ACOS)
+def _acos(c, x, y, g):
+    return -g / tj.sqrt(1.0 - x * x)
+
+
+@_unary(_sp.ATAN)
+def _atan(c, x, y, g):
+    return g / (1.0 + x * x)
+
+
+@_unary(_sp.ASINH)
+def _asinh(c, x, y, g):
+    return g / tj.sqrt(x * x + 1.0)
+
+
+@_unary(_sp.ACOSH)
+def _acosh(c, x, y, g):
+    return g / tj.sqrt(x * x - 1.0)
+
+
+@_unary(_sp.ATANH)
+def _atanh(c, x, y, g):
+    return g / (1.0 - x * x)
+
+
+@_unary(_sp.SINH)
+def _sinh(c, x, y, g):
+    return g * tj.cosh(x)
+
+
+@_unary(_sp.COSH)
+def _cosh(c, x, y, g):
+    return g * tj.sinh(x)
+
+
+@_unary(_sp.LOG2)
+def _log2(c, x, y, g):
+    return g / (x * math.log(2.0))
+
+
+@_unary(_sp.LOG10)
+def _log10(c, x, y, g):
+    return g / (x * math.log(10.0))
+
+
+@_unary(_sp.EXP2)
+def _exp2(c, x, y, g):
+    return g * y * math.log(2.0)
+
+
+@_unary(_sp.RECIPROCAL)
+def _reciprocal(c, x, y, g):
+    return -g * y * y
+
+
+@_unary(_sp.DEG2RAD)
+def _deg2rad(c, x, y, g):
+    return g * (math.pi / 180.0)
+
+
+@_unary(_sp.RAD2DEG)
+def _rad2deg(c, x, y, g):
+    return g * (180.0 / math.pi)
+
+
+@_unary(_sp.FRAC)
+def _frac(c, x, y, g):
+    return g
+
+
+@derivative(_sp.FLOOR, _sp.CEIL, _sp.TRUNC, _sp.ROUND, _sp.ROUND_DECIMALS)
+def _step(c):
+    return (_zeros(c.n, c.dt), None)
+
+
+@_unary(_sp.ERFC)
+def _erfc(c, x, y, g):
+    return -g * _TWO_OVER_SQRT_PI * tj.exp(-(x * x))
+
+
+@_unary(_sp.ERFINV)
+def _erfinv(c, x, y, g):
+    return g * (math.sqrt(math.pi) / 2.0) * tj.exp(y * y)
+
+
+@derivative(_sp.ATAN2)
+def _atan2(c):
+    x, y = _binary(c)
+    xv, yv = np.broadcast_arrays(_value(x), _value(y))
+    origin = (xv == 0.0) & (yv == 0.0)   # torch's: a zero gradient at the origin
+    d = x * x + y * y
+    if origin.any():
+        d = _where(origin, 1.0, d)
+    gx = _where(origin, 0.0, c.g * y / d) if c.wants_a else None
+    gy = _where(origin, 0.0, -c.g * x / d) if c.wants_b else None
+    return _pair(c, gx, gy)
+
+
+@derivative(_sp.HYPOT)
+def _hypot(c):
+    x, y = _binary(c)
+    z = c.out()
+    return _pair(c, c.g * x / z if c.wants_a else None, c.g * y / z if c.wants_b else None)
+
+
+@derivative(_sp.LOGADDEXP)
+def _logaddexp(c):
+    x, y = _binary(c)
+    return _pair(c, c.g / (1.0 + tj.exp(y - x)) if c.wants_a else None,
+                 c.g / (1.0 + tj.exp(x - y)) if c.wants_b else None)
+
+
+@derivative(_sp.LOGADDEXP2)
+def _logaddexp2(c):
+    x, y = _binary(c)
+    return _pair(c, c.g / (1.0 + tj.exp2(y - x)) if c.wants_a else None,
+                 c.g / (1.0 + tj.exp2(x - y)) if c.wants_b else None)
+
+
+@derivative(_sp.XLOGY)
+def _xlogy(c):
+    x, y = _binary(c)
+    xv = np.broadcast_arrays(_value(x), _value(y))[0]
+    # torch's: xlogy(g, y), which is 0 where g is 0 (NaN y aside), masked where x = 0, y <= 0
+    gx = tj.xlogy(c.g, y) if c.wants_a else None
+    if gx is not None:
+        yv = np.broadcast_arrays(_value(x), _value(y))[1]
+        masked = (xv == 0.0) & (yv <= 0.0)
+        if masked.any():
+            gx = _where(masked, 0.0, gx)
+    return _pair(c, gx, c.g * x / y if c.wants_b else None)
+
+
+@derivative(_sp.XLOG1PY)
+def _xlog1py(c):
+    x, y = _binary(c)
+    gx = tj.special.xlog1py(c.g, y) if c.wants_a else None
+    if gx is not None:
+        xv, yv = np.broadcast_arrays(_value(x), _value(y))
+        masked = (xv == 0.0) & (yv <= -1.0)
+        if masked.any():
+            gx = _where(masked, 0.0, gx)
+    return _pair(c, gx, c.g * x / (y + 1.0) if c.wants_b else None)
+
+
+def _nan_extreme(c, larger):
+    """fmax/fmin: g to the operand chosen (x on ties, the other one of a NaN)."""
+    x, y = _binary(c)
+    xv, yv = np.broadcast_arrays(_value(x), _value(y))
+    with np.errstate(invalid="ignore"):
+        x_chosen = ((xv >= yv) if larger else (xv <= yv)) | np.isnan(yv)
+    return _pair(c, _where(x_chosen, c.g, 0.0) if c.wants_a else None,
+                 _where(x_chosen, 0.0, c.g) if c.wants_b else None)
+
+
+@derivative(_sp.FMAX)
+def _fmax(c):
+    return _nan_extreme(c, True)
+
+
+@derivative(_sp.FMIN)
+def _fmin(c):
+    return _nan_extreme(c, False)
+
+
 # ---- activation kernels (tapejit/ops/activation.py) ---------------------------------------
 
 @derivative(_act.SOFTMAX, _act.LOG_SOFTMAX)
@@ -479,6 +679,79 @@ def _amax(c):
     ties = xv == yv
     weights = ties / ties.sum(axis=1, keepdims=True)
     return (g * _concrete(weights.astype(xv.dtype)), None)
+
+
+@derivative(*_ops_with(_red.var_forward))
+def _var(c):
+    """var: 2 / (n - correction) * g * (x - mean); std: var's with g / (2 std), 0 where
+    std is 0 (the rule's cases; the NaN/inf one of a reduction over too few raises)."""
+    x, y, g = _along_axis(c)
+    dof = x.shape[1] - c.float(c.q)
+    if dof <= 0.0:
+        raise _refuse(c, "n - correction <= 0")
+    if c.float(c.q + 1) >= 2.0:
+        at_zero = _value(y) == 0.0
+        safe = _where(at_zero, 1.0, y) if at_zero.any() else y
+        g = _where(at_zero, 0.0, g / (safe * 2.0)) if at_zero.any() else g / (y * 2.0)
+    return (g * (2.0 / dof) * (x - x.mean(1, keepdim=True)), None)
+
+
+@derivative(_red.NORM)
+def _norm(c):
+    """The rule's cases: sgn(x) g for the 1-norm, g x / |x| for the 2-norm, g sgn(x)
+    |x|^(p-1) |x|_p^(1-p) for the others, zero where the norm is zero (and, p < 1, where
+    x is); the inf-norm's g split between the elements equal to it (constant weights)."""
+    order = c.float(c.q)
+    x, y, g = _along_axis(c)
+    xv, yv = _value(x), _value(y)
+    if np.isnan(xv).any():
+        raise _refuse(c, "a NaN input")
+    if order == 1.0:
+        return (g * tj.sign(x), None)
+    at_zero = np.broadcast_to(yv == 0.0, xv.shape)
+    safe_y = _where(yv == 0.0, 1.0, y) if at_zero.any() else y
+    if np.isinf(order):
+        hits = np.abs(xv) == yv
+        weights = hits / hits.sum(axis=1, keepdims=True)
+        return (g * tj.sign(x) * _concrete(weights.astype(xv.dtype)), None)
+    if order == 2.0:
+        d = g * x / safe_y
+    else:
+        masked = at_zero | (xv == 0.0) if order < 1.0 else at_zero
+        ax = tj.abs(x)
+        if order < 1.0 and masked.any():
+            ax = _where(xv == 0.0, 1.0, ax)
+        d = g * tj.sign(x) * ax ** (order - 1.0) * safe_y ** (1.0 - order)
+        at_zero = masked
+    return (_where(at_zero, 0.0, d) if at_zero.any() else d, None)
+
+
+@derivative(registry.BY_NAME["cumsum"])
+def _cumsum(c):
+    outer, length, inner, kind = (c.int(c.p + i) for i in range(4))
+    if kind != 0:
+        raise _refuse(c, "cumprod")
+    g = shaped(c.g, (outer, length, inner))
+    return (tj.flip(tj.cumsum(tj.flip(g, (1,)), 1), (1,)), None)
+
+
+# ---- losses' building blocks (tapejit/ops/activation.py) ----------------------------------
+
+@derivative(_act.BINARY_CROSS_ENTROPY)
+def _binary_cross_entropy(c):
+    """torch's: g (x - t) / max((1 - x) x, eps) and -log(x / (1 - x)) g; inputs outside
+    [0, 1] (NaN gradients in the rule) raise."""
+    x, t = _binary(c)
+    xv, tv = np.broadcast_arrays(_value(x), _value(t))
+    if not (np.all((xv >= 0) & (xv <= 1)) and np.all((tv >= 0) & (tv <= 1))):
+        raise _refuse(c, "an input or target outside [0, 1]")
+    eps = 9.999999960041972e-13
+    small = (1.0 - xv) * xv < eps
+    if small.any():
+        raise _refuse(c, "an input within 1e-12 of 0 or 1 (the clamped denominator)")
+    gx = c.g * (x - t) / ((1.0 - x) * x) if c.wants_a else None
+    gt = -tj.log(x / (1.0 - x)) * c.g if c.wants_b else None
+    return _pair(c, gx, gt)
 
 
 # ---- matrix products (tapejit/ops/linalg.py) ----------------------------------------------
