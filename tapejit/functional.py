@@ -234,7 +234,7 @@ def _differentiate(fun, argnums, has_aux, name):
     highest, lowest = max(nums), min(nums)
 
     def value_and_gradients(args, kwargs):
-        if _calls.active or state.trace is not None and any(type(a) is TracedArray for a in args):
+        if _is_nested(args):
             return _nested_call(fun, args, kwargs, nums, single, has_aux, name)
         if state.trace is not None:
             from tapejit.replay.trace import refuse
@@ -308,6 +308,13 @@ def _differentiate(fun, argnums, has_aux, name):
     return value_and_gradients
 
 
+def _is_nested(args):
+    """Whether a call runs inside another derivative's function (or a function
+    ``tj.compile`` traces, with traced arguments): its results are then traced values,
+    aux included, for the enclosing derivative to follow."""
+    return bool(_calls.active) or state.trace is not None and any(type(a) is TracedArray for a in args)
+
+
 def _nested_call(fun, args, kwargs, nums, single, has_aux, name):
     """A call inside another one's ``f`` (``tj.grad(tj.grad(f))``, or inside a function
     ``tj.compile`` traces): the gradient is itself recorded (``create_graph``,
@@ -366,8 +373,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
 
     @functools.wraps(fun)
     def value_and_grad_fun(*args, **kwargs):
+        nested = _is_nested(args)
         value, grads, aux = run(args, kwargs)
-        return ((value, aux_values(aux)) if has_aux else value), grads
+        return ((value, aux if nested else aux_values(aux)) if has_aux else value), grads
 
     value_and_grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "value_and_grad")
     return value_and_grad_fun
@@ -379,8 +387,9 @@ def grad(fun, argnums=0, has_aux=False):
 
     @functools.wraps(fun)
     def grad_fun(*args, **kwargs):
+        nested = _is_nested(args)
         _, grads, aux = run(args, kwargs)
-        return (grads, aux_values(aux)) if has_aux else grads
+        return (grads, aux if nested else aux_values(aux)) if has_aux else grads
 
     grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "grad")
     return grad_fun
