@@ -42,7 +42,15 @@ def _where(mask, a, b):
 
 
 def _value(t):
-    return t._value()
+    """The value of an operand or result slot of the record being differentiated: read
+    from the arena without a flush (the walk flushed the tape up to that record first;
+    a flush here would run the forward of the records the walk wrote so far, once per
+    mask).  Under ``tj.compile`` the read is refused as any value read (a mask would be
+    frozen into the replays)."""
+    tape = t._tape
+    if tape is None or tape.tracing or tape.broken is not None or tape.unkept is not None:
+        return t._value()
+    return tape.vals[t._dtype.arena][t._off:t._off + t._numel].reshape(t._shape)
 
 
 def gather(x, positions):
@@ -449,6 +457,40 @@ def _erfc(c, x, y, g):
 @_unary(_sp.ERFINV)
 def _erfinv(c, x, y, g):
     return g * (math.sqrt(math.pi) / 2.0) * tj.exp(y * y)
+
+
+@derivative(_sp.LGAMMA, _sp.DIGAMMA, _sp.POLYGAMMA)
+def _gamma_family(c):
+    """lgamma' = digamma, digamma' = polygamma(1, .), polygamma(n, .)' = polygamma(n + 1, .)."""
+    order = c.float(c.q)
+    x = c.x()
+    if order == -1.0:
+        d = tj.digamma(x)
+    else:
+        d = tj.polygamma(1 if order == -2.0 else int(order) + 1, x)
+    return (c.g * d, None)
+
+
+@_unary(_sp.SINC)
+def _sinc(c, x, y, g):
+    # the rule's: 0 at x = 0 (torch's masked_fill), so its derivative there is 0 too
+    at_zero = _value(x) == 0.0
+    safe = _where(at_zero, 1.0, x) if at_zero.any() else x
+    t = math.pi * safe
+    d = g * (tj.cos(t) * t - tj.sin(t)) / (t * safe)
+    return _where(at_zero, 0.0, d) if at_zero.any() else d
+
+
+@_unary(_sp.LOGIT)
+def _logit(c, x, y, g):
+    eps = c.c0
+    xv = _value(x)
+    if eps < 0.0:
+        if np.any((xv < 0.0) | (xv > 1.0)):
+            raise _refuse(c, "an input outside [0, 1] (its gradient is NaN)")
+        return g / (x * (1.0 - x))
+    outside = (xv < eps) | (xv > 1.0 - eps)
+    return _where(outside, 0.0, g / (x * (1.0 - x))) if outside.any() else g / (x * (1.0 - x))
 
 
 @derivative(_sp.ATAN2)
