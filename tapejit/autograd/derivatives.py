@@ -23,6 +23,7 @@ from tapejit import registry
 from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
 from tapejit.ops import reduce as _red, unary as _un, indexed as _idx, special as _sp
+from tapejit.ops import linalg_dense as _ld
 from tapejit.tensor import _concrete
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -493,6 +494,13 @@ def _logit(c, x, y, g):
     return _where(outside, 0.0, g / (x * (1.0 - x))) if outside.any() else g / (x * (1.0 - x))
 
 
+@derivative(_sp.NAN_TO_NUM)
+def _nan_to_num(c):
+    # torch's: grad * isfinite(x), a product (an infinite g times 0 is NaN there too)
+    finite = np.isfinite(_value(c.x()))
+    return (c.g * _concrete(finite.astype(c.dt.np)), None)
+
+
 @derivative(_sp.ATAN2)
 def _atan2(c):
     x, y = _binary(c)
@@ -777,6 +785,25 @@ def _cumsum(c):
     return (tj.flip(tj.cumsum(tj.flip(g, (1,)), 1), (1,)), None)
 
 
+@derivative(registry.BY_NAME["cumprod"])
+def _cumprod(c):
+    """Without zeros: dx_j = (sum over k >= j of g_k y_k) / x_j.  With zeros, exactly and
+    without division: dx_j = sum over k >= j of g_k times the cumulative product up to k
+    of the slice with x_j replaced by 1 (one such slice per j)."""
+    outer, length, inner, kind = (c.int(c.p + i) for i in range(4))
+    shape = (outer, length, inner)
+    x = c.x(shape=shape)
+    g = shaped(c.g, shape)
+    if not np.any(_value(x) == 0.0):
+        gy = g * c.out(shape)
+        return (tj.flip(tj.cumsum(tj.flip(gy, (1,)), 1), (1,)) / x, None)
+    full = (outer, length, length, inner)   # (., j, k, .)
+    eye = np.broadcast_to(np.eye(length, dtype=bool).reshape(1, length, length, 1), full)
+    later = np.broadcast_to(np.triu(np.ones((length, length), dtype=bool)).reshape(1, length, length, 1), full)
+    others = tj.cumprod(_where(eye, 1.0, x.unsqueeze(1).expand(*full)), 2)
+    return (_where(later, others * g.unsqueeze(1), 0.0).sum(2), None)
+
+
 # ---- losses' building blocks (tapejit/ops/activation.py) ----------------------------------
 
 @derivative(_act.BINARY_CROSS_ENTROPY)
@@ -822,6 +849,31 @@ def _linear(c):
     if has_bias and c.wants(bias):
         result.append((bias, g.sum(0)))
     return result
+
+
+# ---- linalg (tapejit/ops/linalg_dense.py) -------------------------------------------------
+
+@derivative(_ld.INV)
+def _inv(c):
+    """-Y^T G Y^T with Y = inv(A); a singular (NaN) inverse raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    y = c.out((batch, n, n))
+    if not np.all(np.isfinite(_value(y))):
+        raise _refuse(c, "a singular or non-finite matrix")
+    yt = y.transpose(1, 2)
+    return (-tj.matmul(tj.matmul(yt, shaped(c.g, (batch, n, n))), yt), None)
+
+
+@derivative(_ld.DET)
+def _det(c):
+    """g det(A) inv(A)^T; a singular matrix (det 0: torch goes through an SVD) raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    x = c.x(batch * n * n, (batch, n, n))
+    d = _value(c.out())
+    if not np.all(np.isfinite(d)) or np.any(d == 0.0):
+        raise _refuse(c, "a singular or non-finite matrix")
+    scale = shaped(c.g * c.out(), (batch, 1, 1))
+    return (scale * tj.linalg.inv(x).transpose(1, 2), None)
 
 
 # ---- placement (tapejit/ops/indexed.py) ---------------------------------------------------
