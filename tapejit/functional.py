@@ -496,6 +496,7 @@ def hvp(fun, argnums=0):
             total = term if total is None else total + term
         return total
 
+    contracted.__name__ = contracted.__qualname__ = f"hvp_of_{getattr(fun, '__name__', 'f')}"
     outer = grad(contracted, argnums)
 
     @functools.wraps(fun)

@@ -368,6 +368,16 @@ def test_numpy_hessian_jacobian_hvp_against_scipy():
         np.testing.assert_allclose(compiled(x + shift, v), rosen_hess_prod(x + shift, v), rtol=0, atol=1e-10)
 
 
+def test_compiled_hvp_refuses_a_formula_that_reads_values():
+    # maximum's derivative masks by the values: frozen into a replay it would be wrong for
+    # other inputs, so tj.compile refuses (eager hvp is fine)
+    f = lambda x: np.sum(np.maximum(x, 0.0) ** 3)
+    x, v = np.array([1.0, -2.0, 3.0]), np.ones(3)
+    np.testing.assert_allclose(tj.hvp(f)(x, v), [6.0, 0.0, 18.0], rtol=1e-15)
+    with pytest.raises(tj.CompileError, match="reads a traced tensor's value"):
+        tj.compile(tj.hvp(f))(x, v)
+
+
 def test_numpy_argnums():
     f = lambda a, b: np.sum(a ** 2 * b) + np.sum(b ** 3)
     a, b = np.array([1.0, 2.0]), np.array([0.5, -1.0])
