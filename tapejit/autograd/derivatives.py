@@ -23,7 +23,7 @@ from tapejit import registry
 from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
 from tapejit.ops import reduce as _red, unary as _un, indexed as _idx, special as _sp
-from tapejit.ops import linalg_dense as _ld
+from tapejit.ops import linalg_dense as _ld, norm as _nrm
 from tapejit.tensor import _concrete
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -874,6 +874,43 @@ def _det(c):
         raise _refuse(c, "a singular or non-finite matrix")
     scale = shaped(c.g * c.out(), (batch, 1, 1))
     return (scale * tj.linalg.inv(x).transpose(1, 2), None)
+
+
+# ---- normalization (tapejit/ops/norm.py) --------------------------------------------------
+
+@derivative(*_ops_with(_nrm.normalize_forward))
+def _normalize(c):
+    """Batch, instance, group and layer norm: the record's forward written again with
+    formulated ops (mean, variance, rsqrt, gathers of the weights), and the vjp of that,
+    itself recorded (a nested create_graph pass over those few records)."""
+    from tapejit.autograd.higher import run
+    P, Q, S, mq, ma, ds, nw, given, has_w, has_b, bias, mean_at, var_at = (c.int(c.p + i) for i in range(13))
+    eps = c.float(c.q)
+    x = c.x(P * Q * S, (P, Q, S))
+    w = c.y(nw) if has_w else None
+    b = slot(c.tape, c.arena, bias, nw) if has_b else None
+    stats = []
+    if given:
+        per_q = np.arange(Q) % mq
+        stats = [slot(c.tape, c.arena, mean_at, mq), slot(c.tape, c.arena, var_at, mq)]
+        mean = shaped(gather(stats[0], per_q), (1, Q, 1))
+        var = shaped(gather(stats[1], per_q), (1, Q, 1))
+    else:
+        mean = x.mean((0, 2), keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean((0, 2), keepdim=True)
+    y = (x - mean) * tj.rsqrt(var + eps)
+    index = (((np.arange(Q) % mq) * ma)[:, None] + (np.arange(S) // max(ds, 1))[None, :]).reshape(-1)
+    if w is not None:
+        y = y * shaped(gather(w, index), (1, Q, S))
+    if b is not None:
+        y = y + shaped(gather(b, index), (1, Q, S))
+    operands = [(c.a, x), (c.b, w), (bias, b)] + list(zip((mean_at, var_at), stats))
+    wanted = [(enc, t) for enc, t in operands if t is not None and c.wants(enc)]
+    if not wanted or not y.requires_grad:
+        return []
+    found = run([(y, shaped(c.g, (P, Q, S)))], [t for _, t in wanted], accumulate=False)
+    return [(enc, g) for (enc, _), g in zip(wanted, found) if g is not None]
 
 
 # ---- placement (tapejit/ops/indexed.py) ---------------------------------------------------
