@@ -1,5 +1,6 @@
-"""``tapejit.autograd``: functional gradients (``functional``: jacobian, hessian, hvp, ...), custom Functions, anomaly detection, gradcheck,
-``Variable`` (old scripts' spelling of a tensor) and ``profiler``."""
+"""``tapejit.autograd``: functional gradients (``functional``: jacobian, hessian, hvp, ...),
+custom Functions, anomaly detection, gradcheck and gradgradcheck, ``Variable`` (old
+scripts' spelling of a tensor) and ``profiler``."""
 from tapejit.engine import backward, grad  # noqa: F401
 from tapejit.autograd.anomaly import (detect_anomaly, set_detect_anomaly,  # noqa: F401
                                       is_anomaly_enabled, is_anomaly_check_nan_enabled)
