@@ -120,8 +120,8 @@ def _pow_scalar(c):
 @derivative(_un.RPOW_SCALAR)
 def _rpow_scalar(c):
     base = c.c0
-    if base == 0.0:
-        return (_where(_value(c.x()) >= 0, 0.0 * c.g, c.g * c.out() * math.log(base) if base > 0 else c.g * np.nan), None)
+    if base == 0.0:   # the rule's: g * 0 where x >= 0, g * y * log(0) elsewhere
+        return (_where(_value(c.x()) >= 0, 0.0 * c.g, c.g * c.out() * -math.inf), None)
     return (c.g * c.out() * math.log(base), None)
 
 
