@@ -39,6 +39,8 @@ GROUP_CNN = "CNN LeNet-5 step 28x28 (conv-relu-maxpool x2, 256-120-84-10, cross-
 GROUP_CNN_REPLAY = "CNN LeNet-5 step replayed (tj.compile)"
 GROUP_LSTM = "LSTM step 32-64, sequence 35, batch 20 (MSE, SGD, float32)"
 GROUP_LSTM_REPLAY = "LSTM step 32-64, sequence 35, batch 20, replayed (tj.compile)"
+GROUP_HVP = "C Rosenbrock Hessian-vector product n=1,000 (hvp vs gradient)"
+GROUP_GRADIENT_PENALTY = "gradient penalty double backward, MLP 784-128-10 (ReLU, cross-entropy, batch 64, float32)"
 
 #: groups whose figure of merit is ``extra_info["delta_mb"]`` (megabytes), not time
 MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
@@ -98,6 +100,8 @@ TARGETS = (
     Target(GROUP_CNN, "slowdown", "torch", 1.0, "eager LeNet-5 step no slower than torch eager"),
     Target(GROUP_LSTM, "slowdown", "torch", 1.0, "no slower than torch eager"),
     Target(GROUP_LSTM_REPLAY, "slowdown", "torch", 1.0, "replayed step no slower than torch eager"),
+    Target(GROUP_HVP, "slowdown", "tapejit_gradient", 3.0, "replayed hvp <= 3x a replayed gradient"),
+    Target(GROUP_GRADIENT_PENALTY, "slowdown", "torch", 1.0, "eager double backward no slower than torch"),
 )
 
 

@@ -17,7 +17,7 @@ from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty,
 from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
                                inference_mode, is_inference_mode_enabled)
 from tapejit import autograd, nn, optim  # noqa: F401
-from tapejit.functional import grad, value_and_grad  # noqa: F401
+from tapejit.functional import grad, value_and_grad, jacobian, hessian, hvp  # noqa: F401
 from tapejit import viz  # noqa: F401
 from tapejit.threads import set_num_threads, get_num_threads  # noqa: F401
 from tapejit.device import device, cuda, accelerator, backends, set_default_device, get_default_device  # noqa: F401,E501

@@ -48,8 +48,6 @@ def seed_value(root, grad):
 
 def _seeds(outputs, grads, create_graph):
     """``[(output, flat seed)]`` for the roots of a backward pass."""
-    if create_graph:
-        raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     if grads is None:
         grads = [None] * len(outputs)
@@ -71,6 +69,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             and type(tensors) is list and len(tensors) == 1 and _plain_scalar_root(tensors[0])):
         _backward_scalar(tensors[0])
         return
+    if create_graph:   # a recorded backward pass, not the compiled sweep (autograd/higher.py)
+        from tapejit.autograd.higher import backward_graph
+        return backward_graph(tensors, grad_tensors, inputs)
     seeds = _seeds(tensors, grad_tensors, create_graph)
     only = None
     if inputs is not None:
@@ -88,6 +89,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for t in inputs:
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if create_graph:
+        from tapejit.autograd.higher import grad_graph
+        return grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
     seeds = _seeds(outputs, grad_outputs, create_graph)
     found = run_backward(seeds, bool(retain_graph), targets=inputs, accumulate=False)
     result = []
