@@ -61,6 +61,28 @@ def _seeds(outputs, grads, create_graph):
     return seeds
 
 
+# The recorded backward pass (``create_graph=True``) applies derivative formulas written with
+# front ends, a layer above the engine: tapejit/autograd/higher.py hands itself over at import.
+_higher = {}
+
+
+def provide_recorded_backward(module):
+    _higher["module"] = module
+
+
+def _recorded_backward():
+    module = _higher.get("module")
+    if module is None:
+        raise NotImplementedError("create_graph=True needs tapejit.autograd.higher, which is not loaded")
+    return module
+
+
+def recorded_grad(outputs, inputs, grad_outputs=None, allow_unused=False, materialize_grads=False):
+    """Differentiable gradients (``create_graph=True``), also inside a function tj.compile
+    traces (a nested ``tj.grad``: the recorded pass is itself traced)."""
+    return _recorded_backward().grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
+
+
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
     if state.trace is not None:   # inside tj.compile's first call: also kept for the replays
@@ -70,8 +92,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         _backward_scalar(tensors[0])
         return
     if create_graph:   # a recorded backward pass, not the compiled sweep (autograd/higher.py)
-        from tapejit.autograd.higher import backward_graph
-        return backward_graph(tensors, grad_tensors, inputs)
+        return _recorded_backward().backward_graph(tensors, grad_tensors, inputs)
     seeds = _seeds(tensors, grad_tensors, create_graph)
     only = None
     if inputs is not None:
@@ -90,8 +111,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if create_graph:
-        from tapejit.autograd.higher import grad_graph
-        return grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
+        return recorded_grad(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
     seeds = _seeds(outputs, grad_outputs, create_graph)
     found = run_backward(seeds, bool(retain_graph), targets=inputs, accumulate=False)
     result = []

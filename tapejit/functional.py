@@ -321,7 +321,6 @@ def _nested_call(fun, args, kwargs, nums, single, has_aux, name):
     so the enclosing derivative differentiates through it.  A traced argument is
     differentiated through a copy of its own (a ``clone`` record): the inner derivative
     follows only the argument, not other uses of the same outer value in a closure."""
-    from tapejit.autograd.higher import grad_graph
     n = len(args)
     if max(nums) >= n or min(nums) < -n:
         raise TypeError(f"{name}: argnums {nums if len(nums) > 1 else nums[0]!r} is out of range for "
@@ -345,7 +344,7 @@ def _nested_call(fun, args, kwargs, nums, single, has_aux, name):
         leaf_at[i] = leaf
     out, aux = call_for_value(fun, args, kwargs, has_aux, name)
     if isinstance(out, Tensor) and out._rg:
-        found = grad_graph([out], leaves, None, True, False)
+        found = engine.recorded_grad([out], leaves, None, True, False)
         value = _np_mode._wrap(out.reshape(()))
     else:
         found = [None] * len(leaves)

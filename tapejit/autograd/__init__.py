@@ -10,3 +10,4 @@ from tapejit.autograd.function import Function, once_differentiable  # noqa: F40
 from tapejit.autograd.variable import Variable  # noqa: F401
 from tapejit.autograd import profiler  # noqa: F401
 from tapejit.autograd import functional  # noqa: F401
+from tapejit.autograd import higher  # noqa: F401  (hands create_graph's recorded backward to the engine)

@@ -18,7 +18,8 @@ import math
 
 import numpy as np
 
-import tapejit as tj
+from tapejit import linalg as tj_linalg, special as tj_special
+from tapejit.api import front_ends as tj   # the facade's functions, without importing it
 from tapejit import registry
 from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
@@ -552,7 +553,7 @@ def _xlogy(c):
 @derivative(_sp.XLOG1PY)
 def _xlog1py(c):
     x, y = _binary(c)
-    gx = tj.special.xlog1py(c.g, y) if c.wants_a else None
+    gx = tj_special.xlog1py(c.g, y) if c.wants_a else None
     if gx is not None:
         xv, yv = np.broadcast_arrays(_value(x), _value(y))
         masked = (xv == 0.0) & (yv <= -1.0)
@@ -873,7 +874,7 @@ def _det(c):
     if not np.all(np.isfinite(d)) or np.any(d == 0.0):
         raise _refuse(c, "a singular or non-finite matrix")
     scale = shaped(c.g * c.out(), (batch, 1, 1))
-    return (scale * tj.linalg.inv(x).transpose(1, 2), None)
+    return (scale * tj_linalg.inv(x).transpose(1, 2), None)
 
 
 # ---- normalization (tapejit/ops/norm.py) --------------------------------------------------

@@ -14,6 +14,7 @@ accepted; tapejit always computes rows by reverse mode, with the same results.
 """
 import numpy as np
 
+from tapejit.api import front_ends
 from tapejit.engine import grad as _grad
 from tapejit.grad_mode import enable_grad
 from tapejit.tensor import Tensor, _concrete
@@ -171,11 +172,10 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                                                f"of input {k}. This is not allowed in strict mode.")
                         g = _zeros_like(t)
                     rows[k].append(g if create_graph else g.detach())
-            from tapejit import stack
             per_input = []
             for k, t in enumerate(inputs):
                 if rows[k]:
-                    block = stack(rows[k]).reshape(tuple(out._shape) + tuple(t._shape))
+                    block = front_ends.stack(rows[k]).reshape(tuple(out._shape) + tuple(t._shape))
                 else:
                     block = _concrete(np.zeros(tuple(out._shape) + tuple(t._shape), t._dtype.np))
                 per_input.append(block if create_graph else block.detach())

@@ -25,13 +25,17 @@ time" error, and one whose saved input was changed in place raises the message t
 compiled sweep would have raised.  ``create_graph`` implies ``retain_graph`` (torch's
 default): nothing is freed.  Custom ``autograd.Function``s are refused by name.
 """
+import sys
+
 import numpy as np
 
-from tapejit import dtypes, registry
+from tapejit import dtypes, engine, registry
+from tapejit.engine import FREED, _refresh_stale
+from tapejit.ops.core import CAST, LOAD
 from tapejit.grad_mode import enable_grad
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import state
-from tapejit.tensor import Tensor, _taped
+from tapejit.tensor import Tensor, _concrete, _taped
 
 FORMULAS = {}   # op name -> formula(ctx) -> (grad of a, grad of b) or [(encoded operand, grad)]
 
@@ -144,8 +148,8 @@ def run(seeds, targets, accumulate):
     """The create_graph pass: ``seeds`` are ``[(output tensor, gradient tensor)]``;
     returns the gradients of ``targets`` (tensors) as tensors (None where unused), and with
     ``accumulate`` adds the leaves' gradients to their ``.grad``."""
-    from tapejit import engine
-    from tapejit.autograd import derivatives  # noqa: F401  (registers the formulas on first use)
+    # imported on first use: ~150 formula definitions that a program without create_graph never needs
+    from tapejit.autograd import derivatives  # noqa: F401  (registers the formulas)
     if not state.grad:
         # torch records the backward pass when create_graph is set, whatever the grad mode
         with enable_grad():
@@ -202,8 +206,6 @@ def _hooked(hooks, g):
 
 
 def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
-    from tapejit.engine import FREED, _refresh_stale
-    from tapejit.ops.core import LOAD, CAST
     with tape.lock:
         tape.flush()
         if tape is not state.tape:
@@ -297,7 +299,6 @@ def _needed(tape, rec, targets):
     sources = tape.sources
     ops = registry.OPS
     need = np.zeros(len(rec), bool)
-    from tapejit.ops.core import LOAD, CAST
     for r, row in enumerate(rec.tolist()):
         code, out, a, b, p, q = row
         d = code & 1
@@ -321,7 +322,6 @@ def _needed(tape, rec, targets):
 def _seed_tensors(outputs, grads):
     """``[(output, gradient tensor)]``: torch's checks, with the gradients kept as tensors
     (a ``grad_outputs`` that requires grad is differentiated through, as torch's)."""
-    from tapejit.tensor import _concrete
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     if grads is None:
         grads = [None] * len(outputs)
@@ -365,7 +365,6 @@ def backward_graph(tensors, grad_tensors, inputs):
 
 def grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads):
     """``autograd.grad(create_graph=True)``: differentiable gradients of ``inputs``."""
-    from tapejit.tensor import _concrete
     seeds = _seed_tensors(outputs, grad_outputs)
     found = run(seeds, inputs, accumulate=False)
     result = []
@@ -379,3 +378,6 @@ def grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads):
                     "Set allow_unused=True if this is the desired behavior.")
         result.append(g)
     return tuple(result)
+
+
+engine.provide_recorded_backward(sys.modules[__name__])
