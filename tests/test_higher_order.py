@@ -429,3 +429,16 @@ def test_cumulative_ops_match_torch_to_third_order():
     for op in (lambda m: m.cumsum, lambda m: m.cumprod):
         for a, b in zip(third(tj, op), third(torch, op)):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_compiled_function_refuses_backward_with_create_graph_and_names_the_way():
+    """A replay runs no Python, so a backward(create_graph=True) inside tj.compile is refused,
+    pointing at tj.compile(tj.hvp(f)), which traces the recorded backward itself."""
+    def step(w):
+        loss = (w ** 3).sum()
+        loss.backward(create_graph=True)
+        return loss
+
+    w = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
+    with pytest.raises(tj.CompileError, match=r"backward\(create_graph=True\).*tj\.compile\(tj\.hvp\(f\)\)"):
+        tj.compile(step)(w)

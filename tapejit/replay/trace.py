@@ -211,7 +211,10 @@ def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
     """``backward()`` inside a trace: run it now (the first call's gradients) and keep it as an
     event for the replays."""
     if create_graph:
-        refuse("backward(create_graph=True)", "higher-order gradients are not supported.")
+        refuse("backward(create_graph=True)", (
+            "a traced function records its backward pass only through tj.grad, tj.hvp, "
+            "tj.hessian or tj.jacobian (tj.compile(tj.hvp(f)) traces the Hessian-vector "
+            "product once and replays it)."))
     tape = trace.tape
     if tape.hooks or tape.retained:
         refuse("backward() through a tensor with register_hook or retain_grad",
