@@ -87,6 +87,13 @@ def _cases(lib, rng):
         "pad_replicate_2d": lambda: F.pad(x4, (2, 1, 1, 0), mode="replicate"),
         "pad_circular": lambda: F.pad(x3, (2, 1), mode="circular"),
         "select": lambda: x[1],
+        "select_inner": lambda: x[:, 1],
+        "select_after_slice": lambda: x4[1:, 1],
+        "select_ellipsis": lambda: x4[..., 2],
+        "select_then_slice": lambda: x4[0, 1:3],
+        "slice_step": lambda: x4[0, ::2],
+        "select_unsqueeze": lambda: x4[..., 0, None],
+        "slice": lambda: x4[:, 1:3],
     }
 
 
