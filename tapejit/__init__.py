@@ -31,6 +31,8 @@ except ModuleNotFoundError as missing:   # replay/ plugs in: without it eager mo
 _install(globals(), Tensor)
 from tapejit import _compat  # noqa: E402
 _compat.install(globals())
+from tapejit import out_args as _out_args  # noqa: E402
+_out_args.install(globals())
 from math import pi, inf, nan, e  # noqa: E402,F401  (torch.pi, torch.inf, ...: Python floats, as torch)
 from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  # noqa: E402,F401
 from tapejit.serialization import save, load  # noqa: E402,F401

@@ -21,6 +21,9 @@ from tapejit.tensor import Tensor, provide as _provide_to_tensor
 _classes = {}
 _nodes = weakref.WeakValueDictionary()          # (tape serial, record) -> Node
 _accumulators = weakref.WeakValueDictionary()   # id(leaf) -> AccumulateGrad
+# tape -> (serial, {record: (node name, operands)}): the last record of a composite op
+# (cross_entropy's index-and-dot, embedding's gather) shown as torch's one node.
+_composites = weakref.WeakKeyDictionary()
 
 
 class Node:
@@ -76,6 +79,58 @@ class Node:
         raise NotImplementedError("tapejit: hooks on grad_fn nodes are not supported; use Tensor.register_hook")
 
 
+class CompositeNode(Node):
+    """The node of a composite op's output record, shown as torch's single node: its name
+    is torch's (``NllLossBackward0``), its ``next_functions`` the nodes of the composite's
+    inputs (the records inside it are not shown, as torch has none)."""
+
+    __slots__ = ("_inputs",)
+
+    def name(self):
+        cls = type(self).__name__
+        return "torch::autograd::CopySlices" if cls == "CopySlices" else cls   # torch's C++ node
+
+    @property
+    def next_functions(self):
+        result = []
+        for operand in self._inputs:
+            if operand is None:
+                result.append((None, 0))
+            elif isinstance(operand, Tensor):   # a leaf that requires grad
+                result.append((_accumulator(operand), 0))
+            else:
+                result.append((_node_at(self._tape, *operand), 0))
+        return tuple(result)
+
+
+def name_composite(out, name, *inputs):
+    """Show ``out``'s grad_fn as torch's node ``name`` with ``inputs`` (tensors or None) as
+    its ``next_functions``.  ``out`` must be the result of the record just written, so
+    this is called right after the composite's last op.  Returns ``out``."""
+    tape = out._tape
+    if tape is None or not out._rg:
+        return out
+    operands = []
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t._rg:
+            operands.append(None)
+        elif t._tape is None:
+            operands.append(t)
+        elif t._tape is tape:
+            operands.append((t._dtype.arena, t._off))
+        else:   # recorded on another tape: torch would list it; tapejit joins tapes by loads
+            operands.append(None)
+    r = tape.n - 1
+    row = tape.rec[r]
+    if row[1] != out._off or (row[0] & 1) != out._dtype.arena:   # not the last record's result
+        return out
+    entry = _composites.get(tape)
+    if entry is None or entry[0] != tape.serial:
+        entry = _composites[tape] = (tape.serial, {})
+    entry[1][r] = (name, operands)
+    return out
+
+
 class AccumulateGrad:
     """The node of a leaf that requires grad; ``variable`` is the leaf."""
 
@@ -106,6 +161,13 @@ def _node_class(node_name):
     return cls
 
 
+def _composite_class(node_name):
+    cls = _classes.get(("composite", node_name))
+    if cls is None:
+        cls = _classes[("composite", node_name)] = type(node_name, (CompositeNode,), {"__slots__": ()})
+    return cls
+
+
 def _node_at(tape, arena, off):
     r = tape.producer(arena, off)
     if r is None:
@@ -121,8 +183,21 @@ def _node_at(tape, arena, off):
     key = (tape.serial, r)
     node = _nodes.get(key)
     if node is None:
-        node = _nodes[key] = _node_class(op.node)(tape, r)
+        composite = _composite_at(tape, r)
+        if composite is None:
+            node = _nodes[key] = _node_class(op.node)(tape, r)
+        else:
+            name, inputs = composite
+            node = _nodes[key] = _composite_class(name)(tape, r)
+            node._inputs = inputs
     return node
+
+
+def _composite_at(tape, r):
+    entry = _composites.get(tape)
+    if entry is None or entry[0] != tape.serial:
+        return None
+    return entry[1].get(r)
 
 
 def _accumulator(leaf):

@@ -1226,10 +1226,25 @@ def _by_positions(numpy_fn, x, *args, **kwargs):
     ``np.tril``) are zeros: positions are shifted by one so that 0 means "a zero"."""
     t = _tensor_of(x)
     grid = _positions(t) + 1
+    # index arguments computed from traced values (np.argsort(x) for take_along_axis) are
+    # integers: their values, else NumPy would hand the call back to NumPy mode
+    args = [_index_argument(numpy_fn, a) for a in args]
+    kwargs = {k: _index_argument(numpy_fn, v) for k, v in kwargs.items()}
     pos = numpy_fn(grid, *args, **kwargs)
     if isinstance(pos, (list, tuple)):
         return type(pos)(_gather_positions(t, np.asarray(p)) for p in pos)
     return _gather_positions(t, np.asarray(pos))
+
+
+def _index_argument(numpy_fn, value):
+    if isinstance(value, (list, tuple)) and any(type(v) is TracedArray for v in value):
+        return type(value)(_index_argument(numpy_fn, v) for v in value)
+    if type(value) is not TracedArray:
+        return value
+    t = value._t
+    if t._dtype.is_floating_point:
+        raise _read_error(f"numpy.{numpy_fn.__name__} with a float traced array as its index argument")
+    return np.array(t._value())
 
 
 def _gather_positions(t, pos):
@@ -1683,12 +1698,80 @@ def _np_partition(a, kth, axis=-1, kind="introselect", order=None):
     return _gather_positions(t, np.take_along_axis(_positions(t), order_, axis) + 1)
 
 
+@implements(np.gradient)
+def _np_gradient(f, *varargs, axis=None, edge_order=1):
+    """NumPy's central differences (one-sided at the edges), linear in ``f``: each output
+    element is ``sum_r c_r[i] * f[j_r(i)]`` over a window of three neighbours (two for a
+    length-2 axis).  The window's members have distinct residues mod 3, so NumPy's own
+    ``np.gradient`` of the three comb signals ``(j % 3 == r)`` gives the coefficients
+    exactly, for any spacing NumPy accepts.  Spacings are constants (traced ones refused)."""
+    t = _tensor_of(f)
+    if not t._dtype.is_floating_point:
+        t = _cast(t, _F64)   # NumPy's gradient of integers is float64
+    ndim = len(t._shape)
+    axes = tuple(range(ndim)) if axis is None else _normalize_axes(axis, ndim)
+    if any(type(v) is TracedArray for v in varargs):
+        raise _read_error("numpy.gradient with traced spacings")
+    if len(varargs) == 0:
+        spacings = [()] * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        spacings = [varargs] * len(axes)
+    elif len(varargs) == len(axes):
+        spacings = [(v,) for v in varargs]
+    else:
+        raise TypeError("invalid number of arguments")
+    results = []
+    for ax, spacing in zip(axes, spacings):
+        n = t._shape[ax]
+        if n < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, at least "
+                             "(edge_order + 1) elements are required.")
+        rows = np.arange(n)
+        width = min(n, 3)
+        start = np.clip(rows - 1, 0, n - width)
+        view = [1] * ndim
+        view[ax] = n
+        total = None
+        for r in range(width):
+            comb = (np.arange(n) % width == r).astype(np.float64)
+            coeff = np.gradient(comb, *spacing, edge_order=edge_order)
+            member = start + (r - start) % width     # the window's member with residue r
+            term = _take_axis(t, member, ax) * _concrete(coeff.reshape(view).astype(_NP_OF[t._dtype]))
+            total = term if total is None else total + term
+        results.append(_wrap(total))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _normalize_axes(axis, ndim):
+    axes = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    return tuple(int(a) % ndim if -ndim <= a < ndim else _axis_error(a, ndim) for a in axes)
+
+
+def _axis_error(a, ndim):
+    raise np.exceptions.AxisError(a, ndim)
+
+
+def _take_axis(t, index, axis):
+    from tapejit.ops.movement import index_select
+    return index_select(t, axis, _concrete(np.ascontiguousarray(index, np.int64)))
+
+
 @implements(np.pad)
 def _np_pad(array, pad_width, mode="constant", **kwargs):
-    if mode != "constant" or np.any(np.asarray(kwargs.get("constant_values", 0)) != 0):
-        raise _interop._unsupported(f"numpy.pad with mode={mode!r}" + (" and nonzero constant_values"
-                                                                      if mode == "constant" else ""))
-    return _by_positions(np.pad, array, pad_width, mode="constant")
+    """The modes that only move elements (``reflect``/``symmetric`` with the default even
+    reflection, ``edge``, ``wrap``) by positions; ``constant`` adds the fill values, which
+    NumPy itself lays out (corners included) on an array of zeros."""
+    if mode in ("reflect", "symmetric", "edge", "wrap") and kwargs.get("reflect_type", "even") == "even":
+        return _by_positions(np.pad, array, pad_width, mode=mode)
+    if mode != "constant" or set(kwargs) - {"constant_values"}:
+        detail = f" reflect_type={kwargs['reflect_type']!r}" if "reflect_type" in kwargs else ""
+        raise _interop._unsupported(f"numpy.pad with mode={mode!r}{detail}")
+    padded = _by_positions(np.pad, array, pad_width, mode="constant")
+    values = kwargs.get("constant_values", 0)
+    if np.all(np.asarray(values) == 0):
+        return padded
+    fill = np.pad(np.zeros(np.shape(array), padded.dtype), pad_width, mode="constant", constant_values=values)
+    return padded + fill
 
 
 @implements(np.trace)
@@ -2046,13 +2129,38 @@ def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 def _einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
     if out is not None:
         raise _interop._unsupported("numpy.einsum with out=")
-    if not operands or not isinstance(operands[0], str):
-        raise _interop._unsupported("numpy.einsum", " with sublists (einsum(a, [0, 1], ...)); write the "
-                                    "subscripts as a string")
+    if not operands:
+        raise ValueError("No input operands")
+    if not isinstance(operands[0], str):   # sublist form: einsum(a, [0, 1], b, [1, 2], [0, 2])
+        operands = _einsum_sublists(operands)
     equation, parts = operands[0], _operands(*operands[1:])
     if dtype is not None:
         parts = [_tensor_of(_astype(_wrap(p), dtype, False)) for p in parts]
     return _wrap(_tj().einsum(equation.replace(" ", ""), *parts))
+
+
+def _einsum_sublists(operands):
+    """``(equation, *arrays)`` of einsum's sublist form, with NumPy's letters for the axis
+    numbers (0-25 are a-z, 26-51 are A-Z)."""
+    def letters(sublist):
+        out = []
+        for axis in sublist:
+            if axis is Ellipsis:
+                out.append("...")
+            elif isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and 0 <= axis < 52:
+                out.append(chr(ord("a") + axis) if axis < 26 else chr(ord("A") + axis - 26))
+            else:
+                raise ValueError("subscript is not within the valid range [0, 52)")
+        return "".join(out)
+
+    arrays, sublists = list(operands[0::2]), list(operands[1::2])
+    output = None
+    if len(operands) % 2:   # a trailing sublist names the output axes
+        output = arrays.pop()
+    equation = ",".join(letters(sub) for sub in sublists)
+    if output is not None:
+        equation += "->" + letters(output)
+    return (equation, *arrays)
 
 
 # ---- np.linalg: the registry's decompositions (tapejit/linalg.py), NumPy's signatures ----------
@@ -2194,5 +2302,62 @@ def _np_pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
         r = tj.linalg.solve(t @ tt, t).transpose(-1, -2)
     rest = expected.astype(_NP_OF[t._dtype]) - np.array(r._value())
     return _wrap(r + _concrete(rest) if np.any(rest != 0) else r)
+
+
+@implements(np.linalg.lstsq)
+def _np_lstsq(a, b, rcond=None):
+    """NumPy's ``(x, residuals, rank, s)``.  Of a full-rank ``a`` the least-squares (or, for a
+    wide ``a``, minimum-norm) solution is smooth: ``solve(A^T A, A^T b)`` or
+    ``A^T solve(A A^T, b)`` records its gradient and a constant correction gives exactly
+    NumPy's value.  At lower rank the solution jumps under perturbations that raise the
+    rank (as ``pinv``'s): refused."""
+    t = _linalg_operand(a, "lstsq")
+    rhs = _tensor_of(b)
+    if len(t._shape) != 2:
+        raise np.linalg.LinAlgError(f"{len(t._shape)}-dimensional array given. Array must be two-dimensional")
+    common = np.result_type(_NP_OF[t._dtype], _NP_OF[rhs._dtype] if rhs._dtype.is_floating_point else _F64)
+    t, rhs = _cast(t, common), _cast(rhs if rhs._dtype.is_floating_point else _cast(rhs, _F64), common)
+    m, n = t._shape
+    vector = len(rhs._shape) == 1
+    if len(rhs._shape) not in (1, 2) or rhs._shape[0] != m:
+        np.linalg.lstsq(np.zeros((m, n)), np.zeros(rhs._shape))   # NumPy's own error for the shapes
+    expected = np.linalg.lstsq(np.array(t._value()), np.array(rhs._value()), rcond=rcond)
+    rank = expected[2]
+    if rank < min(m, n):
+        raise TypeError(
+            f"tapejit: numpy.linalg.lstsq of a rank-deficient {m}x{n} matrix (rank {rank}) cannot be "
+            f"differentiated: the solution jumps under perturbations that raise the rank")
+    tj = _tj()
+    cols = rhs.unsqueeze(-1) if vector else rhs
+    tt = t.transpose(0, 1)
+    x = tj.linalg.solve(tt @ t, tt @ cols) if m >= n else tt @ tj.linalg.solve(t @ tt, cols)
+    if vector:
+        x = x.squeeze(-1)
+    x = _corrected(x, expected[0])
+    if m > n:
+        diff = rhs - (t @ x)
+        residuals = (diff * diff).sum(0)
+        residuals = _corrected(residuals.reshape(1) if vector else residuals, expected[1])
+    else:
+        residuals = _concrete(np.asarray(expected[1], common))
+    return _wrap(x), _wrap(residuals), rank, _wrap(_corrected(tj.linalg.svdvals(t), expected[3]))
+
+
+def _corrected(r, value):
+    """``r`` (its gradient) with NumPy's ``value`` exactly."""
+    rest = np.asarray(value).astype(_NP_OF[r._dtype]) - np.array(r._value())
+    return r + _concrete(rest) if np.any(rest != 0) else r
+
+
+def _refuse_complex(name):
+    def refuse(*args, **kwargs):
+        raise TypeError(f"tapejit: {name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): the "
+                        f"eigenvalues of a general real matrix are complex, and NumPy mode has no complex "
+                        f"numbers. For a symmetric matrix use numpy.linalg.eigh or eigvalsh")
+    return refuse
+
+
+implements(np.linalg.eig)(_refuse_complex("numpy.linalg.eig"))
+implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 
 del _fn, _handler

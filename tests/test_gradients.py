@@ -72,6 +72,7 @@ CASES = _collect_cases()
 # Cases whose ``fn`` applies a different op last than the op whose samples they belong to
 # (checked against that op's ``node`` instead): {case id: name of the op applied last}.
 LAST_OP = {
+    "strided_slice-ellipsis": "unsqueeze",   # x[..., 0, None] shows torch's node, its last step
     "unbind-iter": "mul",              # list(x)[1] * list(x)[2]
     "amax-amin": "amin",
     "max_all-min": "min_all",
@@ -95,7 +96,6 @@ TORCH_DECOMPOSES = {
     "bmm-matmul_bcast": "torch.matmul with broadcast batch dims ends in UnsafeViewBackward0",
     "bmm-matmul_3d2d": "torch.matmul(3-D, 2-D) folds into mm and ends in UnsafeViewBackward0",
     "bmm-matmul_2d3d": "torch.matmul(2-D, 3-D) expands/clones the 2-D operand (CloneBackward0)",
-    "strided_slice-ellipsis": "torch applies x[..., 0, None] as select then unsqueeze (UnsqueezeBackward0)",
 }
 
 # Cases PyTorch cannot run at all (an API difference, not a numerical one).

@@ -10,6 +10,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.api import argument_error, front_end as _front_end
 from tapejit.creation import rng as _rng
+from tapejit.graph import name_composite
 from tapejit.nn.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -32,6 +33,7 @@ from tapejit.nn.losses import (
     soft_margin_loss,
     triplet_margin_loss,
 )
+from tapejit.nn.padding import pad
 from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import linear
 from tapejit.ops.movement import where as _where
@@ -44,7 +46,7 @@ from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
            "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss",
-           "nll_loss", "normalize", "one_hot", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+           "nll_loss", "normalize", "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
            "cosine_embedding_loss", "cosine_similarity", "gaussian_nll_loss", "hinge_embedding_loss",
            "huber_loss", "kl_div", "margin_ranking_loss", "multi_margin_loss", "multilabel_soft_margin_loss",
            "pairwise_distance", "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss"]
@@ -69,7 +71,7 @@ def silu(input, inplace=False):
     if inplace:
         from tapejit.inplace import apply_inplace
         return apply_inplace(input, lambda: silu(input), "silu_")
-    return input * sigmoid(input)
+    return name_composite(input * sigmoid(input), "SiluBackward0", input)
 
 
 def elu(input, alpha=1.0, inplace=False):
@@ -81,7 +83,7 @@ def elu(input, alpha=1.0, inplace=False):
     # relu'(0) = 0 and clamp passes the gradient at its bound, so the kink's gradient is alpha.
     # Clamping (not tapejit.where) keeps exp from overflowing on the unused branch (0 * inf is
     # NaN) and reads no values, so the composition can be traced.
-    return _relu(input) + expm1(clamp(input, max=0.0)) * alpha
+    return name_composite(_relu(input) + expm1(clamp(input, max=0.0)) * alpha, "EluBackward0", input)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):
@@ -150,7 +152,7 @@ def embedding(input, weight, padding_idx=None):
         if padded.any():
             fixed_row = _concrete(np.array(weight._value()[padding_idx]))
             out = _where(padded[..., None], fixed_row, out)
-    return out
+    return name_composite(out, "EmbeddingBackward0", weight)
 
 
 def _padding_index(padding_idx, rows):

@@ -13,6 +13,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.api import export
+from tapejit.graph import name_composite
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
@@ -67,7 +68,7 @@ def mse_loss(input, target, *, reduction="mean"):
     check_reduction(reduction)
     _check_pair("mse_loss", input, target)
     diff = input - target
-    return _reduce(diff * diff, reduction)
+    return name_composite(_reduce(diff * diff, reduction), "MseLossBackward0", input, target)
 
 
 def l1_loss(input, target, *, reduction="mean"):
@@ -188,7 +189,8 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     check_reduction(reduction)
     targets, class_dim = _class_targets("nll_loss", input, target, ignore_index)
     weights = _class_weights(weight, input._shape[class_dim], input)
-    return _nll(input, targets, class_dim, weights, ignore_index, reduction, target)
+    return name_composite(_nll(input, targets, class_dim, weights, ignore_index, reduction, target),
+                          "NllLossBackward0", input)
 
 
 def _smoothed_class_coefficients(targets, shape, class_dim, weights, ignore_index, smoothing, reduction, np_dtype):
@@ -228,11 +230,14 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
     log_probs = log_softmax(input, class_dim)
     if isinstance(target, Tensor) and target._dtype.is_floating_point and target._shape == input._shape:
         weights = _class_weights(weight, classes, input)
-        return _probability_cross_entropy(log_probs, target, class_dim, weights, reduction, label_smoothing)
+        loss = _probability_cross_entropy(log_probs, target, class_dim, weights, reduction, label_smoothing)
+        # torch composes this case in Python: its last op is the mean's division or the negation
+        return name_composite(loss, "DivBackward1" if reduction == "mean" else "NegBackward0", log_probs)
     targets, class_dim = _class_targets("cross_entropy", input, target, ignore_index)
     weights = _class_weights(weight, classes, input)
     if label_smoothing == 0.0:
-        return _nll(log_probs, targets, class_dim, weights, ignore_index, reduction, target)
+        return name_composite(_nll(log_probs, targets, class_dim, weights, ignore_index, reduction, target),
+                              "NllLossBackward0", log_probs)
     labels.read(target)
     if class_dim == 0:
         loss = cross_entropy(input.unsqueeze(0), target.reshape(1), weight, ignore_index=ignore_index,
@@ -241,7 +246,9 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
     coeff = _smoothed_class_coefficients(targets, input._shape, class_dim, weights, ignore_index,
                                          label_smoothing, reduction, input._dtype.np)
     weighted = log_probs * _concrete(coeff)
-    return weighted.sum(class_dim) if reduction == "none" else weighted.sum()
+    loss = weighted.sum(class_dim) if reduction == "none" else weighted.sum()
+    # torch composes label smoothing in Python: (1 - eps) * nll + eps / C * smooth_loss
+    return name_composite(loss, "AddBackward0", log_probs)
 
 
 def _probability_cross_entropy(log_probs, target, class_dim, weights, reduction, smoothing):
@@ -299,7 +306,7 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
     loss = binary_cross_entropy_elementwise(input, target)
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return name_composite(_reduce(loss, reduction), "BinaryCrossEntropyBackward0", input, target)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="mean", pos_weight=None):
@@ -325,7 +332,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="m
             loss = softplus(input) * _constant(1.0 + (p - 1.0) * t, input) - input * _constant(p * t, input)
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return name_composite(_reduce(loss, reduction), "BinaryCrossEntropyWithLogitsBackward0", input, target)
 
 
 # ---- regression, distribution and embedding losses -------------------------------------------
@@ -386,11 +393,12 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     diff = (input - target).abs()
     if beta == 0.0:
-        return _reduce(diff, reduction)
+        return _reduce(diff, reduction)   # torch: l1_loss, MeanBackward0 of AbsBackward0
     # With q = min(z, beta): 0.5 q^2 / beta + (z - q).  No comparison, so tj.compile can trace
     # it; the gradient at z == beta is 1 as torch's, clamp passing it at the bound.
     quadratic = clamp(diff, max=beta)
-    return _reduce(quadratic * quadratic * (0.5 / beta) + (diff - quadratic), reduction)
+    return name_composite(_reduce(quadratic * quadratic * (0.5 / beta) + (diff - quadratic), reduction),
+                          "SmoothL1LossBackward0", input, target)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
@@ -410,7 +418,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
         loss = loss * weight
-    return _reduce(loss, reduction)
+        return _reduce(loss, reduction)
+    return name_composite(_reduce(loss, reduction), "HuberLossBackward0", input, target)
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
@@ -512,7 +521,8 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``|x1 - x2 + eps|_p`` along the last dim of the broadcast inputs."""
     _check_shapes("pairwise_distance", x1=x1, x2=x2)
     innermost = max(len(x1._shape), len(x2._shape)) - 1
-    return (x1 - x2 + eps).norm(p, innermost, keepdim=keepdim)
+    shifted = x1 - x2 + eps
+    return name_composite(shifted.norm(p, innermost, keepdim=keepdim), "NormBackward1", shifted)
 
 
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
@@ -590,7 +600,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     if _needs_grad(target):
         raise RuntimeError("The function 'soft_margin_loss' is not differentiable with respect to argument 'target'. "
                            "This input cannot have requires_grad True.")
-    return _reduce((-input * target).exp().log1p(), reduction)
+    return name_composite(_reduce((-input * target).exp().log1p(), reduction), "SoftMarginLossBackward0", input)
 
 
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
@@ -640,5 +650,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         coeff *= np.asarray(weight._value(), np.float64).reshape(-1)[targets][:, None]
     loss = (hinge * _constant(coeff / classes, input)).sum(1)
     if reduction == "none":
-        return loss if target._shape else loss.reshape(())
-    return _reduce(loss, reduction)
+        loss = loss if target._shape else loss.reshape(())
+    else:
+        loss = _reduce(loss, reduction)
+    return name_composite(loss, "MultiMarginLossBackward0", input)

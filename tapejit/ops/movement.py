@@ -1010,6 +1010,31 @@ def _basic_view(x, key):
     return tuple(sizes_out), tuple(strides_out), start
 
 
+_INDEX_NODES = {int: "SelectBackward0", type(None): "UnsqueezeBackward0", slice: "SliceBackward0"}
+
+
+def _torch_index_node(key, shape):
+    """torch's grad_fn of ``x[key]`` for a basic ``key``: torch indexes dim by dim, skipping
+    full slices, so the last other element names the node (``x[:, 1]`` is a
+    SelectBackward0, ``x[0, 1:3]`` a SliceBackward0).  None when every element is a full
+    slice (torch's alias) or tapejit's record already has that name."""
+    dim = 0
+    last = Ellipsis   # none yet
+    for k in key:
+        if k is Ellipsis:
+            dim = len(shape) - sum(1 for j in key if j is not None and j is not Ellipsis)
+        elif k is None:
+            last = k
+        elif type(k) is slice and dim < len(shape) and k.indices(shape[dim]) == (0, shape[dim], 1):
+            dim += 1
+        else:
+            last = k
+            dim += 1
+    if last is Ellipsis:
+        return None
+    return _INDEX_NODES.get(type(last), "SelectBackward0")
+
+
 @export(function=False, dunders=("__getitem__",))
 def getitem(input, key):
     shape = input._shape
@@ -1042,8 +1067,15 @@ def getitem(input, key):
             op = SELECT if len(sizes) < len(shape) else SLICE
             if sizes == shape:
                 op = RESHAPE
-            return _copy_range(op, input, start, _numel(sizes), tuple(sizes))
-        return strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
+            out = _copy_range(op, input, start, _numel(sizes), tuple(sizes))
+        else:
+            op = STRIDED_SLICE
+            out = strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
+        node = _torch_index_node(key, shape)
+        if node is not None and node != op.node and out._rg:
+            from tapejit.graph import name_composite
+            name_composite(out, node, input)
+        return out
     pos = _index_positions(shape, key)
     return _gather(INDEX, input, pos)
 
