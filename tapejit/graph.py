@@ -16,14 +16,12 @@ import weakref
 
 from tapejit import registry
 from tapejit.ops.core import LOAD
+from tapejit.recording import composite_at as _composite_at
 from tapejit.tensor import Tensor, provide as _provide_to_tensor
 
 _classes = {}
 _nodes = weakref.WeakValueDictionary()          # (tape serial, record) -> Node
 _accumulators = weakref.WeakValueDictionary()   # id(leaf) -> AccumulateGrad
-# tape -> (serial, {record: (node name, operands)}): the last record of a composite op
-# (cross_entropy's index-and-dot, embedding's gather) shown as torch's one node.
-_composites = weakref.WeakKeyDictionary()
 
 
 class Node:
@@ -103,34 +101,6 @@ class CompositeNode(Node):
         return tuple(result)
 
 
-def name_composite(out, name, *inputs):
-    """Show ``out``'s grad_fn as torch's node ``name`` with ``inputs`` (tensors or None) as
-    its ``next_functions``.  ``out`` must be the result of the record just written, so
-    this is called right after the composite's last op.  Returns ``out``."""
-    tape = out._tape
-    if tape is None or not out._rg:
-        return out
-    operands = []
-    for t in inputs:
-        if not isinstance(t, Tensor) or not t._rg:
-            operands.append(None)
-        elif t._tape is None:
-            operands.append(t)
-        elif t._tape is tape:
-            operands.append((t._dtype.arena, t._off))
-        else:   # recorded on another tape: torch would list it; tapejit joins tapes by loads
-            operands.append(None)
-    r = tape.n - 1
-    row = tape.rec[r]
-    if row[1] != out._off or (row[0] & 1) != out._dtype.arena:   # not the last record's result
-        return out
-    entry = _composites.get(tape)
-    if entry is None or entry[0] != tape.serial:
-        entry = _composites[tape] = (tape.serial, {})
-    entry[1][r] = (name, operands)
-    return out
-
-
 class AccumulateGrad:
     """The node of a leaf that requires grad; ``variable`` is the leaf."""
 
@@ -191,13 +161,6 @@ def _node_at(tape, arena, off):
             node = _nodes[key] = _composite_class(name)(tape, r)
             node._inputs = inputs
     return node
-
-
-def _composite_at(tape, r):
-    entry = _composites.get(tape)
-    if entry is None or entry[0] != tape.serial:
-        return None
-    return entry[1].get(r)
 
 
 def _accumulator(leaf):

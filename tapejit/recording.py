@@ -6,6 +6,8 @@ and broadcasting, append the six record fields, and return the lazily-valued res
 Ops on integer or bool tensors never need gradients; they are computed at once with
 NumPy and give concrete tensors.
 """
+import weakref
+
 import numpy as np
 
 from tapejit import dtypes, registry
@@ -339,3 +341,43 @@ def expand(x, shape):
 
 
 _provide_to_tensor(cast=cast)
+
+
+# tape -> (serial, {record: (node name, operands)}): the last record of a composite op
+# (cross_entropy's index-and-dot, embedding's gather) shown as torch's one node (graph.py).
+_composites = weakref.WeakKeyDictionary()
+
+
+def name_composite(out, name, *inputs):
+    """Show ``out``'s grad_fn as torch's node ``name`` with ``inputs`` (tensors or None) as
+    its ``next_functions``.  ``out`` must be the result of the record just written, so
+    this is called right after the composite's last op.  Returns ``out``."""
+    tape = out._tape
+    if tape is None or not out._rg:
+        return out
+    operands = []
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t._rg:
+            operands.append(None)
+        elif t._tape is None:
+            operands.append(t)
+        elif t._tape is tape:
+            operands.append((t._dtype.arena, t._off))
+        else:   # recorded on another tape: torch would list it; tapejit joins tapes by loads
+            operands.append(None)
+    r = tape.n - 1
+    row = tape.rec[r]
+    if row[1] != out._off or (row[0] & 1) != out._dtype.arena:   # not the last record's result
+        return out
+    entry = _composites.get(tape)
+    if entry is None or entry[0] != tape.serial:
+        entry = _composites[tape] = (tape.serial, {})
+    entry[1][r] = (name, operands)
+    return out
+
+
+def composite_at(tape, r):
+    entry = _composites.get(tape)
+    if entry is None or entry[0] != tape.serial:
+        return None
+    return entry[1].get(r)

@@ -10,7 +10,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.api import argument_error, front_end as _front_end
 from tapejit.creation import rng as _rng
-from tapejit.graph import name_composite
+from tapejit.recording import name_composite
 from tapejit.nn.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,

@@ -13,7 +13,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit.api import export
-from tapejit.graph import name_composite
+from tapejit.recording import name_composite
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot

@@ -9,7 +9,7 @@ fill is one more element put in front of the flattened input.
 """
 import numpy as np
 
-from tapejit.graph import name_composite
+from tapejit.recording import name_composite
 from tapejit.nn.module import Module
 from tapejit.ops.movement import INDEX, _gather
 from tapejit.tensor import Tensor, _concrete

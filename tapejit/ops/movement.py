@@ -305,7 +305,7 @@ from tapejit.recording import (record, encode_operand, contiguous_strides, broad
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
 from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
-from tapejit.recording import operand as _operand, on_tape, eager  # noqa: E402
+from tapejit.recording import operand as _operand, on_tape, eager, name_composite  # noqa: E402
 from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
 from tapejit.inplace import register_view as _register_view  # noqa: E402
 
@@ -1073,7 +1073,6 @@ def getitem(input, key):
             out = strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
         node = _torch_index_node(key, shape)
         if node is not None and node != op.node and out._rg:
-            from tapejit.graph import name_composite
             name_composite(out, node, input)
         return out
     pos = _index_positions(shape, key)
