@@ -430,3 +430,9 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
 
 
 __all__ += ["batch_norm", "group_norm", "instance_norm", "local_response_norm"]
+
+
+# ---- attention: compositions of the ops above (tapejit/nn/attention.py) ---------------------
+from tapejit.nn.attention import multi_head_attention_forward, scaled_dot_product_attention  # noqa: E402
+
+__all__ += ["multi_head_attention_forward", "scaled_dot_product_attention"]
