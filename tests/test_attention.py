@@ -114,3 +114,111 @@ def test_sdpa_finite_differences(mask):
         return
     check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs),
                 [rng.standard_normal((2, 3, 2)), rng.standard_normal((2, 4, 2)), rng.standard_normal((2, 4, 3))])
+
+
+def _load_torch_state(module, torch_module):
+    module.load_state_dict({name: tj.tensor(value.detach().numpy()) for name, value in
+                            torch_module.state_dict().items()})
+
+
+def _grads_match(module, torch_module, dtype=np.float64):
+    theirs = dict(torch_module.named_parameters())
+    names = [name for name, p in module.named_parameters()]
+    assert names == list(theirs)
+    for name, p in module.named_parameters():
+        assert p.grad is not None, name
+        _close(p.grad, theirs[name].grad, dtype)
+
+
+MHA_CONFIGS = {
+    "default": {},
+    "kdim_vdim": {"kdim": 3, "vdim": 5},
+    "bias_kv_zero_attn": {"add_bias_kv": True, "add_zero_attn": True},
+    "no_bias": {"bias": False},
+    "batch_first": {"batch_first": True},
+}
+MHA_MASKS = ["none", "key_padding", "attn_bool", "attn_float_3d", "both", "causal"]
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("masks", MHA_MASKS)
+@pytest.mark.parametrize("config", list(MHA_CONFIGS))
+def test_multihead_attention_matches_torch(config, masks, need_weights):
+    torch = pytest.importorskip("torch")
+    kwargs = MHA_CONFIGS[config]
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(8, 2, dtype=torch.float64, **kwargs)
+    ours = tj.nn.MultiheadAttention(8, 2, dtype=tj.float64, **kwargs)
+    assert [(n, tuple(p.shape)) for n, p in ours.state_dict().items()] == \
+           [(n, tuple(p.shape)) for n, p in theirs.state_dict().items()]
+    _load_torch_state(ours, theirs)
+    rng = np.random.default_rng(MHA_MASKS.index(masks))
+    shape = (lambda length, d: (2, length, d)) if kwargs.get("batch_first") else (lambda length, d: (length, 2, d))
+    (q, k, v), (tq, tk, tv) = _pair(rng, torch, shape(3, 8), shape(4, kwargs.get("kdim", 8)),
+                                    shape(4, kwargs.get("vdim", 8)))
+    padding = np.zeros((2, 4), bool)
+    padding[0, 3] = padding[1, 1] = True
+    keep_out = rng.random((3, 4)) > 0.7
+    keep_out[:, 0] = False
+    options = {"none": {}, "key_padding": {"key_padding_mask": padding}, "attn_bool": {"attn_mask": keep_out},
+               "attn_float_3d": {"attn_mask": rng.standard_normal((4, 3, 4))},
+               "both": {"attn_mask": keep_out, "key_padding_mask": padding},
+               "causal": {"attn_mask": np.triu(np.ones((3, 4), bool), 1), "is_causal": True}}[masks]
+    if masks == "causal" and need_weights:
+        options = dict(options, is_causal=False)
+    call = {name: tj.tensor(value) if isinstance(value, np.ndarray) else value for name, value in options.items()}
+    tcall = {name: torch.tensor(value) if isinstance(value, np.ndarray) else value for name, value in options.items()}
+    out, weights = ours(q, k, v, need_weights=need_weights, **call)
+    expected, expected_weights = theirs(tq, tk, tv, need_weights=need_weights, **tcall)
+    _close(out, expected)
+    assert (weights is None) == (expected_weights is None)
+    if weights is not None:
+        _close(weights, expected_weights)
+    seed = rng.standard_normal(tuple(out.shape))
+    (out * tj.tensor(seed)).sum().backward()
+    (expected * torch.tensor(seed)).sum().backward()
+    _grads_match(ours, theirs)
+    for mine, torchs in zip((q, k, v), (tq, tk, tv)):
+        _close(mine.grad, torchs.grad)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_self_attention_unbatched_and_per_head_weights(batch_first):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    theirs = torch.nn.MultiheadAttention(6, 3, dropout=0.5, batch_first=batch_first)
+    ours = tj.nn.MultiheadAttention(6, 3, dropout=0.5, batch_first=batch_first)
+    _load_torch_state(ours, theirs)
+    ours.eval()
+    theirs.eval()   # dropout off: comparable
+    rng = np.random.default_rng(2)
+    for shape in ((4, 2, 6), (4, 6)):
+        (x,), (tx,) = _pair(rng, torch, shape, dtype=np.float32)
+        out, weights = ours(x, x, x, average_attn_weights=False)
+        expected, expected_weights = theirs(tx, tx, tx, average_attn_weights=False)
+        _close(out, expected, np.float32)
+        _close(weights, expected_weights, np.float32)
+        out.sum().backward()
+        expected.sum().backward()
+        _close(x.grad, tx.grad, np.float32)
+        _grads_match(ours, theirs, np.float32)
+        ours.zero_grad()
+        theirs.zero_grad()
+
+
+def test_multihead_attention_construction_errors_and_repr():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+        tj.nn.MultiheadAttention(7, 2)
+    with pytest.raises(ValueError, match="embed_dim and num_heads must be greater than 0"):
+        tj.nn.MultiheadAttention(0, 2)
+    torch.manual_seed(0)
+    assert repr(tj.nn.MultiheadAttention(8, 2)) == repr(torch.nn.MultiheadAttention(8, 2))
+    mha = tj.nn.MultiheadAttention(8, 2)
+    x = tj.randn(3, 2, 8)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        mha(x, x, x, is_causal=True)
+    with pytest.raises(RuntimeError, match=r"The shape of the 2D attn_mask is"):
+        mha(x, x, x, attn_mask=tj.zeros(2, 2))
+    with pytest.raises(AssertionError, match="only bool and floating types of attn_mask are supported"):
+        mha(x, x, x, attn_mask=tj.zeros(3, 3, dtype=tj.int64))

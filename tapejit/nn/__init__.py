@@ -88,6 +88,7 @@ from tapejit.nn.normalization import (
            InstanceNorm3d,
            LocalResponseNorm,
 )
+from tapejit.nn.attention import MultiheadAttention
 from tapejit.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
@@ -184,4 +185,5 @@ __all__ = [
            "SmoothL1Loss",
            "SoftMarginLoss",
            "TripletMarginLoss",
+           "MultiheadAttention",
 ]
