@@ -7,6 +7,12 @@ import tapejit as tj
 import tapejit.nn.functional as F
 from tapejit.testing import check_grads
 
+# torch's notes on its own fast path, and the deprecation warning both libraries give for a
+# bool padding mask with a float attention mask (checked once, in
+# test_multihead_attention_warns_on_mixed_mask_types)
+pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning"),
+              pytest.mark.filterwarnings("ignore:Support for mismatched:UserWarning")]
+
 
 def _pair(rng, torch, *shapes, dtype=np.float64):
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
@@ -222,3 +228,155 @@ def test_multihead_attention_construction_errors_and_repr():
         mha(x, x, x, attn_mask=tj.zeros(2, 2))
     with pytest.raises(AssertionError, match="only bool and floating types of attn_mask are supported"):
         mha(x, x, x, attn_mask=tj.zeros(3, 3, dtype=tj.int64))
+
+
+def _activation(name, torch):
+    """The same activation on each side: a string, or a callable (torch's own for torch)."""
+    if name == "callable":
+        return (lambda x: tj.nn.functional.silu(x)), (lambda x: torch.nn.functional.silu(x))
+    return name, name
+
+
+def _backward_both(out, expected, rng):
+    seed = rng.standard_normal(tuple(out.shape)).astype(np.asarray(out.detach()).dtype)
+    (out * tj.tensor(seed)).sum().backward()
+    (expected * __import__("torch").tensor(seed)).sum().backward()
+
+
+ENCODER_CASES = [
+    # (batch_first, norm_first, activation, dtype, masks)
+    (False, False, "relu", np.float64, "padding"),
+    (True, True, "gelu", np.float64, "causal"),
+    (True, False, "callable", np.float64, "both"),
+    (False, True, "relu", np.float32, "both"),
+]
+
+
+@pytest.mark.parametrize("batch_first, norm_first, activation, dtype, masks", ENCODER_CASES)
+def test_transformer_encoder_matches_torch(batch_first, norm_first, activation, dtype, masks):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    tdtype = torch.float64 if dtype == np.float64 else torch.float32
+    ours_act, theirs_act = _activation(activation, torch)
+    theirs_layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.3, activation=theirs_act, batch_first=batch_first,
+                                                    norm_first=norm_first, dtype=tdtype)
+    theirs = torch.nn.TransformerEncoder(theirs_layer, 2, norm=torch.nn.LayerNorm(8, dtype=tdtype),
+                                         enable_nested_tensor=False)
+    ours_layer = tj.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.3, activation=ours_act, batch_first=batch_first,
+                                               norm_first=norm_first, dtype=tj.float64 if dtype == np.float64
+                                               else tj.float32)
+    ours = tj.nn.TransformerEncoder(ours_layer, 2, norm=tj.nn.LayerNorm(8, dtype=ours_layer.linear1.weight.dtype))
+    _load_torch_state(ours, theirs)
+    ours.eval()
+    theirs.eval()   # dropout is the identity in eval mode
+    rng = np.random.default_rng(3)
+    (src,), (tsrc,) = _pair(rng, torch, (2, 5, 8) if batch_first else (5, 2, 8), dtype=dtype)
+    padding = np.zeros((2, 5), bool)
+    padding[1, 3:] = True
+    causal = np.triu(np.full((5, 5), -np.inf), 1).astype(dtype)
+    call, tcall = {}, {}
+    if masks in ("padding", "both"):
+        call["src_key_padding_mask"], tcall["src_key_padding_mask"] = tj.tensor(padding), torch.tensor(padding)
+    if masks in ("causal", "both"):
+        call["mask"], tcall["mask"] = tj.tensor(causal), torch.tensor(causal)
+    out = ours(src, **call)
+    expected = theirs(tsrc, **tcall)
+    _close(out, expected, dtype)
+    _backward_both(out, expected, rng)
+    _grads_match(ours, theirs, dtype)
+    _close(src.grad, tsrc.grad, dtype)
+
+
+@pytest.mark.parametrize("batch_first, norm_first", [(False, False), (True, True)])
+def test_transformer_matches_torch(batch_first, norm_first):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    theirs = torch.nn.Transformer(8, 2, 2, 2, 16, dropout=0.2, activation="gelu", batch_first=batch_first,
+                                  norm_first=norm_first, dtype=torch.float64)
+    ours = tj.nn.Transformer(8, 2, 2, 2, 16, dropout=0.2, activation="gelu", batch_first=batch_first,
+                             norm_first=norm_first, dtype=tj.float64)
+    assert [(n, tuple(p.shape)) for n, p in ours.state_dict().items()] == \
+           [(n, tuple(p.shape)) for n, p in theirs.state_dict().items()]
+    _load_torch_state(ours, theirs)
+    ours.eval()
+    theirs.eval()
+    rng = np.random.default_rng(4)
+    shape = (lambda length: (2, length, 8)) if batch_first else (lambda length: (length, 2, 8))
+    (src, tgt), (tsrc, ttgt) = _pair(rng, torch, shape(5), shape(4))
+    tgt_mask = ours.generate_square_subsequent_mask(4, dtype=tj.float64)
+    ttgt_mask = theirs.generate_square_subsequent_mask(4, dtype=torch.float64)
+    np.testing.assert_array_equal(np.asarray(tgt_mask), ttgt_mask.numpy())
+    padding = np.zeros((2, 5), bool)
+    padding[0, 4] = True
+    tgt_padding = np.zeros((2, 4), bool)
+    tgt_padding[1, 3] = True
+    out = ours(src, tgt, tgt_mask=tgt_mask, src_key_padding_mask=tj.tensor(padding),
+               tgt_key_padding_mask=tj.tensor(tgt_padding), memory_key_padding_mask=tj.tensor(padding))
+    expected = theirs(tsrc, ttgt, tgt_mask=ttgt_mask, src_key_padding_mask=torch.tensor(padding),
+                      tgt_key_padding_mask=torch.tensor(tgt_padding), memory_key_padding_mask=torch.tensor(padding))
+    _close(out, expected)
+    _backward_both(out, expected, rng)
+    _grads_match(ours, theirs)
+    _close(src.grad, tsrc.grad)
+    _close(tgt.grad, ttgt.grad)
+
+
+def test_transformer_decoder_causal_hint_and_unbatched():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(2)
+    theirs = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(8, 4, 12, dropout=0.0,
+                                                                          dtype=torch.float64), 2)
+    ours = tj.nn.TransformerDecoder(tj.nn.TransformerDecoderLayer(8, 4, 12, dropout=0.0, dtype=tj.float64), 2)
+    _load_torch_state(ours, theirs)
+    rng = np.random.default_rng(6)
+    for tgt_shape, mem_shape in (((4, 3, 8), (6, 3, 8)), ((4, 8), (6, 8))):
+        (tgt, memory), (ttgt, tmemory) = _pair(rng, torch, tgt_shape, mem_shape)
+        mask = tj.nn.Transformer.generate_square_subsequent_mask(4, dtype=tj.float64)
+        tmask = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
+        out = ours(tgt, memory, tgt_mask=mask, tgt_is_causal=True)
+        expected = theirs(ttgt, tmemory, tgt_mask=tmask, tgt_is_causal=True)
+        _close(out, expected)
+        _backward_both(out, expected, rng)
+        _grads_match(ours, theirs)
+        _close(memory.grad, tmemory.grad)
+        ours.zero_grad()
+        theirs.zero_grad()
+
+
+def test_transformer_training_dropout_and_errors():
+    torch = pytest.importorskip("torch")
+    layer = tj.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.5)
+    x = tj.randn(3, 2, 8)
+    tj.manual_seed(0)
+    a = layer(x)
+    tj.manual_seed(0)
+    np.testing.assert_array_equal(np.asarray(a.detach()), np.asarray(layer(x).detach()))
+    layer.eval()
+    np.testing.assert_array_equal(np.asarray(layer(x).detach()), np.asarray(layer(x).detach()))
+    with pytest.raises(RuntimeError, match="activation should be relu/gelu, not tanh"):
+        torch.nn.TransformerEncoderLayer(8, 2, activation="tanh")
+    with pytest.raises(RuntimeError, match="activation should be relu/gelu, not tanh"):
+        tj.nn.TransformerEncoderLayer(8, 2, activation="tanh")
+    model = tj.nn.Transformer(8, 2, 1, 1, 16)
+    with pytest.raises(RuntimeError, match="the batch number of src and tgt must be equal"):
+        model(tj.randn(5, 2, 8), tj.randn(4, 3, 8))
+    with pytest.raises(RuntimeError, match="the feature number of src and tgt must be equal to d_model"):
+        model(tj.randn(5, 2, 8), tj.randn(4, 2, 6))
+    decoder_layer = tj.nn.TransformerDecoderLayer(8, 2, 16)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        decoder_layer(tj.randn(4, 2, 8), tj.randn(5, 2, 8), tgt_is_causal=True)
+
+
+@pytest.mark.filterwarnings("error:Support for mismatched:UserWarning")
+def test_multihead_attention_warns_on_mixed_mask_types():
+    torch = pytest.importorskip("torch")
+    padding = np.zeros((2, 3), bool)
+    bias = np.zeros((3, 3))
+    with pytest.warns(UserWarning, match="Support for mismatched key_padding_mask and attn_mask is deprecated"):
+        x = torch.zeros(3, 2, 4)
+        torch.nn.MultiheadAttention(4, 2)(x, x, x, key_padding_mask=torch.tensor(padding),
+                                          attn_mask=torch.tensor(bias, dtype=torch.float32))
+    with pytest.warns(UserWarning, match="Support for mismatched key_padding_mask and attn_mask is deprecated"):
+        x = tj.zeros(3, 2, 4)
+        tj.nn.MultiheadAttention(4, 2)(x, x, x, key_padding_mask=tj.tensor(padding),
+                                       attn_mask=tj.tensor(bias, dtype=tj.float32))

@@ -89,6 +89,13 @@ from tapejit.nn.normalization import (
            LocalResponseNorm,
 )
 from tapejit.nn.attention import MultiheadAttention
+from tapejit.nn.transformer import (
+           Transformer,
+           TransformerDecoder,
+           TransformerDecoderLayer,
+           TransformerEncoder,
+           TransformerEncoderLayer,
+)
 from tapejit.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
@@ -186,4 +193,9 @@ __all__ = [
            "SoftMarginLoss",
            "TripletMarginLoss",
            "MultiheadAttention",
+           "Transformer",
+           "TransformerDecoder",
+           "TransformerDecoderLayer",
+           "TransformerEncoder",
+           "TransformerEncoderLayer",
 ]
