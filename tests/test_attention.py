@@ -380,3 +380,37 @@ def test_multihead_attention_warns_on_mixed_mask_types():
         x = tj.zeros(3, 2, 4)
         tj.nn.MultiheadAttention(4, 2)(x, x, x, key_padding_mask=tj.tensor(padding),
                                        attn_mask=tj.tensor(bias, dtype=tj.float32))
+
+
+def test_attention_under_compile_replays_new_masks():
+    from tapejit.replay.trace import CompileError
+    mha = tj.nn.MultiheadAttention(4, 2)
+    x = tj.randn(3, 2, 4)
+    first = tj.tensor(np.array([[False, False, True], [False, False, False]]))
+    second = tj.tensor(np.array([[True, False, True], [False, True, False]]))
+    compiled = tj.compile(lambda x, padding: mha(x, x, x, key_padding_mask=padding, need_weights=False)[0])
+    for padding in (first, second, first):
+        np.testing.assert_allclose(np.asarray(compiled(x, padding).detach()),
+                                   np.asarray(mha(x, x, x, key_padding_mask=padding, need_weights=False)[0].detach()),
+                                   rtol=1e-6)
+    # a mask the function closes over is read as a value: refused, never frozen into the replays
+    captured = tj.tensor(np.tril(np.ones((3, 3), bool)))
+    with pytest.raises(CompileError, match="scaled_dot_product_attention reads a traced tensor's value"):
+        tj.compile(lambda q: F.scaled_dot_product_attention(q, q, q, attn_mask=captured))(tj.randn(2, 3, 4))
+
+
+def test_encoder_padded_positions_keep_their_values_under_no_grad():
+    # torch's eval-mode fast path (nested tensors) returns zeros at padded positions under
+    # no_grad; tapejit computes the layers there as torch does with grad enabled
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1).eval()
+    ours = tj.nn.TransformerEncoder(tj.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1).eval()
+    _load_torch_state(ours, theirs)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    padding = np.zeros((2, 5), bool)
+    padding[1, 3:] = True
+    with tj.no_grad():
+        out = ours(tj.tensor(x), src_key_padding_mask=tj.tensor(padding))
+    expected = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(padding))   # grad enabled: no fast path
+    _close(out, expected, np.float32)
