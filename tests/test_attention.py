@@ -92,8 +92,10 @@ def test_sdpa_errors_as_torch():
     cases = [
         ((q, k, k), {"attn_mask": np.ones((3, 5), bool), "is_causal": True}, "Explicit attn_mask should not be set"),
         ((q[0, 0], k[0, 0], k[0, 0]), {}, "at least 2 dimensional"),
-        ((q, k, k), {"attn_mask": np.zeros((3, 5), np.int64)}, "Expected attn_mask dtype to be bool or float"),
-        ((q, k, k.astype(np.float32)), {}, "to have the same dtype"),
+        ((q, k, k), {"attn_mask": np.zeros((3, 5), np.int64)}, "attn_mask.dtype: long int and  query.dtype: double"),
+        ((q.astype(np.float32), k.astype(np.float32), k.astype(np.float32)), {"attn_mask": np.zeros((3, 5))},
+         "attn_mask.dtype: double and  query.dtype: float"),
+        ((q, k, k.astype(np.float32)), {}, "key.dtype: double and value.dtype: float instead"),
         ((q, k, k), {"dropout_p": 1.5}, "dropout probability has to be between 0 and 1"),
         ((q[0], k[0], k[0]), {"attn_mask": np.ones((2, 3, 5), bool)}, None),
     ]

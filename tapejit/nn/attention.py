@@ -21,8 +21,12 @@ from tapejit.tensor import Tensor, _concrete
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention"]
 
 
+# torch's SDPA checks print C++ type names
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "bool": "bool"}
+
+
 def _dtype_name(dt):
-    return dtypes.SCALAR_TYPE_NAMES[dt.name]
+    return _CPP_TYPE_NAMES[dt.name]
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -50,7 +54,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if attn_mask is not None and not isinstance(attn_mask, Tensor):
         raise argument_error("scaled_dot_product_attention", "attn_mask", 4, attn_mask, "Tensor")
-    if attn_mask is not None and attn_mask._dtype is not dtypes.bool_ and not attn_mask._dtype.is_floating_point:
+    if attn_mask is not None and attn_mask._dtype not in (dtypes.bool_, dtypes.float32, query._dtype):
         raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query dtype, but got "
                            f"attn_mask.dtype: {_dtype_name(attn_mask._dtype)} and  query.dtype: "
                            f"{_dtype_name(query._dtype)} instead.")
