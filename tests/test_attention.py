@@ -416,3 +416,26 @@ def test_encoder_padded_positions_keep_their_values_under_no_grad():
         out = ours(tj.tensor(x), src_key_padding_mask=tj.tensor(padding))
     expected = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(padding))   # grad enabled: no fast path
     _close(out, expected, np.float32)
+
+
+def test_functional_multi_head_attention_forward_matches_torch():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(3)
+    module = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=5, add_bias_kv=True, dtype=torch.float64)
+    params = {name: p.detach().numpy() for name, p in module.named_parameters()}
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 6)), rng.standard_normal((4, 2, 4)), rng.standard_normal((4, 2, 5))
+    padding = np.array([[False, False, False, True], [False, False, False, False]])
+
+    def run(lib, tensor, functional):
+        p = {name: tensor(value) for name, value in params.items()}
+        return functional.multi_head_attention_forward(
+            tensor(q), tensor(k), tensor(v), 6, 2, None, p["in_proj_bias"], p["bias_k"], p["bias_v"], False, 0.0,
+            p["out_proj.weight"], p["out_proj.bias"], training=False, key_padding_mask=tensor(padding),
+            use_separate_proj_weight=True, q_proj_weight=p["q_proj_weight"], k_proj_weight=p["k_proj_weight"],
+            v_proj_weight=p["v_proj_weight"], average_attn_weights=False)
+
+    out, weights = run(tj, tj.tensor, F)
+    expected, expected_weights = run(torch, torch.tensor, torch.nn.functional)
+    _close(out, expected)
+    _close(weights, expected_weights)
