@@ -98,7 +98,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         else:
             empty_rows = None
         if not keep.all():
-            scores = where(_concrete(keep), scores, _concrete(np.array(-np.inf, scores._dtype.np)))
+            # an added constant 0/-inf bias: its record costs a sixth of a where's (fwd+bwd)
+            scores = scores + _concrete(np.where(keep, 0.0, -np.inf).astype(scores._dtype.np))
     elif bias is not None:
         blocked = np.isneginf(bias._value())
         empty_rows = blocked.all(axis=-1, keepdims=True) if blocked.shape[-1] else None
@@ -109,7 +110,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = scores + bias
     weights = softmax(scores, -1)
     if empty_rows is not None:
-        weights = where(_concrete(~empty_rows), weights, _concrete(np.array(0.0, weights._dtype.np)))
+        weights = weights * _concrete((~empty_rows).astype(weights._dtype.np))
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return weights @ value
