@@ -558,8 +558,10 @@ def glu(input, dim=-1):
 def softshrink(input, lambd=0.5):
     """``x - clamp(x, -lambd, lambd)``: ``x -+ lambd`` outside, 0 inside, gradient 0 at
     ``+-lambd`` as torch's."""
-    if lambd < 0:
-        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    largest = float(np.finfo(input._dtype.np).max) if input._dtype.is_floating_point else float("inf")
+    if not 0 <= lambd <= largest:
+        raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}, but found {lambd:g}")
     return name_composite(input - clamp(input, -lambd, lambd), "SoftshrinkBackward0", input)
 
 
@@ -721,7 +723,7 @@ def bilinear(input1, input2, weight, bias=None):
         raise RuntimeError(f"bilinear(): input dimensions do not match: got {len(s1)} and {len(s2)}")
     for d in range(len(s1) - 1):
         if s1[d] != s2[d]:
-            raise RuntimeError(f"bilinear(): input batch dimensions do not match: got {s1[d]} and {s2[d]}")
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {d}: got {s1[d]} and {s2[d]}")
     if len(weight._shape) != 3:
         raise RuntimeError(f"bilinear(): weight must be three-dimensional, got {len(weight._shape)} dimensions")
     o, i, j = weight._shape
