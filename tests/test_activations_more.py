@@ -336,3 +336,28 @@ def test_softmin_without_dim_warns_like_torch():
     with pytest.warns(UserWarning, match="Implicit dimension choice for softmin has been deprecated"):
         y = F.softmin(tj.tensor([[1.0, 2.0], [3.0, 5.0]]))
     np.testing.assert_allclose(y.numpy().sum(1), 1.0)
+
+
+@pytest.mark.parametrize("name", ["hardtanh", "relu6", "hardsigmoid", "hardswish", "softshrink", "hardshrink", "celu",
+                                  "selu", "mish", "logsigmoid", "softsign", "tanhshrink", "rrelu_eval"])
+def test_compositions_trace_under_compile(name):
+    """No comparison reads values, so tj.compile replays them: a replay on new inputs (kinks
+    included) gives the eager values and gradients."""
+    call, _ = ELEMENTWISE[name]
+    compiled = tj.compile(lambda t: (call(F, t) * call(F, t)).sum())
+    compiled(tj.tensor(np.array([-2.0, 0.3, 4.0, -7.0]), requires_grad=True)).backward()
+    for x in (np.array([-3.0, -1.0, 0.0, 6.0]), np.array([0.5, 3.0, -0.5, 1.0])):
+        traced, eager = tj.tensor(x, requires_grad=True), tj.tensor(x, requires_grad=True)
+        y = compiled(traced)
+        y.backward()
+        z = (call(F, eager) * call(F, eager)).sum()
+        z.backward()
+        assert y.item() == z.item()
+        np.testing.assert_array_equal(traced.grad.numpy(), eager.grad.numpy())
+
+
+def test_threshold_is_refused_under_compile_not_frozen():
+    """threshold's mask is a comparison read into Python: refused, never a stale replay."""
+    compiled = tj.compile(lambda t: F.threshold(t, 0.5, -1.0).sum())
+    with pytest.raises(tj.CompileError, match="threshold reads a traced tensor's value"):
+        compiled(tj.tensor([0.2, 0.7], requires_grad=True))

@@ -435,9 +435,8 @@ __all__ += ["batch_norm", "group_norm", "instance_norm", "local_response_norm"]
 # ---- more activations: compositions of the core's ops (no opcodes of their own) -----------
 #
 # Where torch's subgradient at a kink differs from what the composition would give, the
-# composition is chosen to give torch's (the kink points are tested against torch).  Those
-# built on comparison masks (hardtanh and what uses it, threshold) read values, so tj.compile
-# refuses them like relu's mask; the others trace.
+# composition is chosen to give torch's (the kink points are tested against torch).  Only
+# threshold reads values (its comparison mask), so tj.compile refuses it; the others trace.
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -459,9 +458,12 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 def _hardtanh(input, min_val, max_val):
-    # torch's hardtanh_backward: zero where x <= min_val or x >= max_val (NaN passes)
-    inside = ~((input <= min_val) | (input >= max_val))
-    return name_composite(_where(inside, input, clamp(input.detach(), min_val, max_val)), "HardtanhBackward0",
+    # The value is clamp's; the gradient that of min(x, max) - min clipped at 0 by two relus,
+    # so zero at both bounds (relu'(0) = 0) and passed through NaN, as torch's
+    # hardtanh_backward.  inner is finite for infinite x, so inner - inner.detach() is an exact
+    # zero; no comparison reads values, so tj.compile can trace it.
+    inner = _relu((max_val - min_val) - _relu(max_val - input))
+    return name_composite(clamp(input.detach(), min_val, max_val) + (inner - inner.detach()), "HardtanhBackward0",
                           input)
 
 
