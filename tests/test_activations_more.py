@@ -172,7 +172,8 @@ def test_glu_matches_torch(dim):
 
 def test_glu_softshrink_hardtanh_errors_are_torchs():
     torch = pytest.importorskip("torch")
-    for call in (lambda f, t: f.glu(t, 1), lambda f, t: f.softshrink(t, -1.0), lambda f, t: f.hardtanh(t, 2.0, 1.0)):
+    for call in (lambda f, t: f.glu(t, 1), lambda f, t: f.softshrink(t, -1.0), lambda f, t: f.hardtanh(t, 2.0, 1.0),
+                 lambda f, t: f.celu(t, 0.0)):
         with pytest.raises(Exception) as expected:
             call(torch.nn.functional, torch.zeros(2, 3))
         with pytest.raises(type(expected.value)) as got:
@@ -336,6 +337,9 @@ def test_softmin_without_dim_warns_like_torch():
     with pytest.warns(UserWarning, match="Implicit dimension choice for softmin has been deprecated"):
         y = F.softmin(tj.tensor([[1.0, 2.0], [3.0, 5.0]]))
     np.testing.assert_allclose(y.numpy().sum(1), 1.0)
+    z = F.softmin(tj.tensor([1.0, 2.0]), 0, dtype=tj.float64)
+    assert z.dtype == tj.float64
+    np.testing.assert_allclose(z.numpy(), [0.7310585786300049, 0.2689414213699951], rtol=1e-15)   # torch's
 
 
 @pytest.mark.parametrize("name", ["hardtanh", "relu6", "hardsigmoid", "hardswish", "softshrink", "hardshrink", "celu",

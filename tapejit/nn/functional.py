@@ -514,7 +514,7 @@ def celu(input, alpha=1.0, inplace=False):
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; the gradient at 0 is 1, as
     torch's (relu'(0) = 0, and clamp passes it at its bound)."""
     if alpha == 0:
-        raise RuntimeError("ZeroDivisionError")   # torch's wording for celu(alpha=0)
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
     def compute():
         return name_composite(_relu(input) + expm1(clamp(input / alpha, max=0.0)) * alpha, "CeluBackward0", input)
     return _inplace(input, inplace, compute, "celu_")
@@ -611,9 +611,7 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
         warnings.warn("Implicit dimension choice for softmin has been deprecated. Change the call to include dim=X "
                       "as an argument.", stacklevel=_stacklevel)
         dim = 0 if len(input._shape) in (0, 1, 3) else 1
-    if dtype is not None:
-        input = input.to(dtype)
-    return softmax(-input, dim)
+    return softmax(-input, dim, dtype)
 
 
 _SELU_ALPHA_PRIME = -_SELU_ALPHA * _SELU_SCALE   # the value alpha dropout sets dropped units to
