@@ -365,3 +365,22 @@ def test_threshold_is_refused_under_compile_not_frozen():
     compiled = tj.compile(lambda t: F.threshold(t, 0.5, -1.0).sum())
     with pytest.raises(tj.CompileError, match="threshold reads a traced tensor's value"):
         compiled(tj.tensor([0.2, 0.7], requires_grad=True))
+
+
+@pytest.mark.parametrize("name", ["hardtanh", "relu6", "hardsigmoid", "hardswish", "softshrink", "hardshrink", "mish",
+                                  "selu", "celu", "logsigmoid", "softsign"])
+def test_integer_inputs_as_torch(name):
+    """torch clamps integers in their dtype (hardtanh, relu6), computes softsign in float
+    and refuses the float-only kernels with NotImplementedError naming them."""
+    torch = pytest.importorskip("torch")
+    call, _ = ELEMENTWISE[name]
+    try:
+        want = call(torch.nn.functional, torch.tensor([-2, 1, 7]))
+    except NotImplementedError as e:
+        with pytest.raises(NotImplementedError) as got:
+            call(F, tj.tensor([-2, 1, 7]))
+        assert str(got.value) == str(e)
+        return
+    got = call(F, tj.tensor([-2, 1, 7]))
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)

@@ -442,6 +442,12 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+def _float_only(input, kernel):
+    """torch's NotImplementedError for an integer or bool input of a float-only kernel."""
+    if isinstance(input, Tensor) and not input._dtype.is_floating_point:
+        raise dtypes.not_implemented(kernel, input._dtype)
+
+
 def _inplace(input, inplace, compute, op):
     if inplace:
         from tapejit.inplace import apply_inplace
@@ -454,6 +460,8 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     bounds themselves (``clamp`` passes it there)."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
+    if not input._dtype.is_floating_point:   # torch clamps integers in their own dtype
+        return _inplace(input, inplace, lambda: clamp(input, min_val, max_val).to(input._dtype), "hardtanh_")
     return _inplace(input, inplace, lambda: _hardtanh(input, min_val, max_val), "hardtanh_")
 
 
@@ -474,6 +482,8 @@ def relu6(input, inplace=False):
 
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``: gradient 1/6 strictly between -3 and 3, zero at them."""
+    _float_only(input, "hardsigmoid_cpu")
+
     def compute():
         return name_composite(_hardtanh(input + 3.0, 0.0, 6.0) / 6.0, "HardsigmoidBackward0", input)
     return _inplace(input, inplace, compute, "hardsigmoid_")
@@ -482,6 +492,8 @@ def hardsigmoid(input, inplace=False):
 def hardswish(input, inplace=False):
     """``x * relu6(x + 3) / 6``; by the product rule its gradient is 0 at -3 and 1 at 3, as
     torch's."""
+    _float_only(input, "hardswish_cpu")
+
     def compute():
         return name_composite(input * (_hardtanh(input + 3.0, 0.0, 6.0) / 6.0), "HardswishBackward0", input)
     return _inplace(input, inplace, compute, "hardswish_")
@@ -489,6 +501,7 @@ def hardswish(input, inplace=False):
 
 def logsigmoid(input):
     """``log(sigmoid(x)) = -softplus(-x)``, stable for large ``|x|``."""
+    _float_only(input, "log_sigmoid_cpu")
     return name_composite(-softplus(-input), "LogSigmoidBackward0", input)
 
 
@@ -499,6 +512,7 @@ def softsign(input):
 
 def mish(input, inplace=False):
     """``x * tanh(softplus(x))``."""
+    _float_only(input, "mish_cpu")
     return _inplace(input, inplace, lambda: name_composite(input * tanh(softplus(input)), "MishBackward0", input),
                     "mish_")
 
@@ -506,6 +520,7 @@ def mish(input, inplace=False):
 def selu(input, inplace=False):
     """``scale * elu(x, alpha)`` with torch's constants (torch's node: EluBackward0); the
     gradient at 0 is ``scale * alpha``."""
+    _float_only(input, "elu_cpu")
     return _inplace(input, inplace, lambda: name_composite(elu(input, _SELU_ALPHA) * _SELU_SCALE, "EluBackward0",
                                                            input), "selu_")
 
@@ -515,6 +530,8 @@ def celu(input, alpha=1.0, inplace=False):
     torch's (relu'(0) = 0, and clamp passes it at its bound)."""
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    _float_only(input, "elu_cpu")
+
     def compute():
         return name_composite(_relu(input) + expm1(clamp(input / alpha, max=0.0)) * alpha, "CeluBackward0", input)
     return _inplace(input, inplace, compute, "celu_")
@@ -560,6 +577,7 @@ def glu(input, dim=-1):
 def softshrink(input, lambd=0.5):
     """``x - clamp(x, -lambd, lambd)``: ``x -+ lambd`` outside, 0 inside, gradient 0 at
     ``+-lambd`` as torch's."""
+    _float_only(input, "softshrink_check")   # torch's kernel name for it
     largest = float(np.finfo(input._dtype.np).max) if input._dtype.is_floating_point else float("inf")
     if not 0 <= lambd <= largest:
         raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype "
@@ -570,6 +588,7 @@ def softshrink(input, lambd=0.5):
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, else 0: ``x`` times the mask ``sign(relu(|x| - lambd))``,
     which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's."""
+    _float_only(input, "hardshrink_cpu")
     return name_composite(input * _relu(input.abs() - lambd).sign(), "HardshrinkBackward0", input)
 
 
