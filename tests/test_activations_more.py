@@ -384,3 +384,18 @@ def test_integer_inputs_as_torch(name):
     got = call(F, tj.tensor([-2, 1, 7]))
     assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["hardswish", "mish", "selu", "celu", "logsigmoid", "softsign", "tanhshrink",
+                                  "softmin"])
+def test_second_derivatives_match_torch(name):
+    torch = pytest.importorskip("torch")
+    call, _ = ELEMENTWISE[name]
+    x = np.array([[-3.5, -1.2, -0.3, 0.4], [1.1, 2.5, 6.5, -0.8]])
+    tx = torch.tensor(x, requires_grad=True)
+    tg, = torch.autograd.grad((call(torch.nn.functional, tx) ** 2).sum(), tx, create_graph=True)
+    th, = torch.autograd.grad((tg * tg).sum(), tx)
+    jx = tj.tensor(x, requires_grad=True)
+    jg, = tj.autograd.grad((call(F, jx) ** 2).sum(), jx, create_graph=True)
+    jh, = tj.autograd.grad((jg * jg).sum(), jx)
+    np.testing.assert_allclose(jh.numpy(), th.numpy(), rtol=1e-10, atol=1e-12)
