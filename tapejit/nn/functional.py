@@ -436,3 +436,333 @@ __all__ += ["batch_norm", "group_norm", "instance_norm", "local_response_norm"]
 from tapejit.nn.attention import multi_head_attention_forward, scaled_dot_product_attention  # noqa: E402
 
 __all__ += ["multi_head_attention_forward", "scaled_dot_product_attention"]
+
+
+# ---- more activations: compositions of the core's ops (no opcodes of their own) -----------
+#
+# Where torch's subgradient at a kink differs from what the composition would give, the
+# composition is chosen to give torch's (the kink points are tested against torch).  Only
+# threshold reads values (its comparison mask), so tj.compile refuses it; the others trace.
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _float_only(input, kernel):
+    """torch's NotImplementedError for an integer or bool input of a float-only kernel."""
+    if isinstance(input, Tensor) and not input._dtype.is_floating_point:
+        raise dtypes.not_implemented(kernel, input._dtype)
+
+
+def _inplace(input, inplace, compute, op):
+    if inplace:
+        from tapejit.inplace import apply_inplace
+        return apply_inplace(input, compute, op)
+    return compute()
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """``clamp(input, min_val, max_val)`` whose gradient, as torch's, is zero at the two
+    bounds themselves (``clamp`` passes it there)."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    if not input._dtype.is_floating_point:   # torch clamps integers in their own dtype
+        return _inplace(input, inplace, lambda: clamp(input, min_val, max_val).to(input._dtype), "hardtanh_")
+    return _inplace(input, inplace, lambda: _hardtanh(input, min_val, max_val), "hardtanh_")
+
+
+def _hardtanh(input, min_val, max_val):
+    # The value is clamp's; the gradient that of min(x, max) - min clipped at 0 by two relus,
+    # so zero at both bounds (relu'(0) = 0) and passed through NaN, as torch's
+    # hardtanh_backward.  inner is finite for infinite x, so inner - inner.detach() is an exact
+    # zero; no comparison reads values, so tj.compile can trace it.
+    inner = _relu((max_val - min_val) - _relu(max_val - input))
+    return name_composite(clamp(input.detach(), min_val, max_val) + (inner - inner.detach()), "HardtanhBackward0",
+                          input)
+
+
+def relu6(input, inplace=False):
+    """``hardtanh(input, 0, 6)`` (torch's node too: HardtanhBackward0)."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input, inplace=False):
+    """``relu6(x + 3) / 6``: gradient 1/6 strictly between -3 and 3, zero at them."""
+    _float_only(input, "hardsigmoid_cpu")
+
+    def compute():
+        return name_composite(_hardtanh(input + 3.0, 0.0, 6.0) / 6.0, "HardsigmoidBackward0", input)
+    return _inplace(input, inplace, compute, "hardsigmoid_")
+
+
+def hardswish(input, inplace=False):
+    """``x * relu6(x + 3) / 6``; by the product rule its gradient is 0 at -3 and 1 at 3, as
+    torch's."""
+    _float_only(input, "hardswish_cpu")
+
+    def compute():
+        return name_composite(input * (_hardtanh(input + 3.0, 0.0, 6.0) / 6.0), "HardswishBackward0", input)
+    return _inplace(input, inplace, compute, "hardswish_")
+
+
+def logsigmoid(input):
+    """``log(sigmoid(x)) = -softplus(-x)``, stable for large ``|x|``."""
+    _float_only(input, "log_sigmoid_cpu")
+    return name_composite(-softplus(-input), "LogSigmoidBackward0", input)
+
+
+def softsign(input):
+    """``x / (1 + |x|)`` (torch's node: DivBackward0)."""
+    return input / (input.abs() + 1.0)
+
+
+def mish(input, inplace=False):
+    """``x * tanh(softplus(x))``."""
+    _float_only(input, "mish_cpu")
+    return _inplace(input, inplace, lambda: name_composite(input * tanh(softplus(input)), "MishBackward0", input),
+                    "mish_")
+
+
+def selu(input, inplace=False):
+    """``scale * elu(x, alpha)`` with torch's constants (torch's node: EluBackward0); the
+    gradient at 0 is ``scale * alpha``."""
+    _float_only(input, "elu_cpu")
+    return _inplace(input, inplace, lambda: name_composite(elu(input, _SELU_ALPHA) * _SELU_SCALE, "EluBackward0",
+                                                           input), "selu_")
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; the gradient at 0 is 1, as
+    torch's (relu'(0) = 0, and clamp passes it at its bound)."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    _float_only(input, "elu_cpu")
+
+    def compute():
+        return name_composite(_relu(input) + expm1(clamp(input / alpha, max=0.0)) * alpha, "CeluBackward0", input)
+    return _inplace(input, inplace, compute, "celu_")
+
+
+def prelu(input, weight):
+    """``x`` for ``x > 0``, else ``weight * x``, ``weight`` one slope or one per channel
+    (dim 1).  The gradient at 0 is the slope, as torch's: ``relu(x) + weight * min(x, 0)``
+    with clamp passing the gradient at its bound."""
+    if not isinstance(input, Tensor):
+        raise argument_error("prelu", "input", 1, input, "Tensor")
+    if not isinstance(weight, Tensor):
+        raise argument_error("prelu", "weight", 2, weight, "Tensor")
+    ndim = len(input._shape)
+    if ndim == 0:
+        raise RuntimeError("Not allow zero-dim input tensor.")
+    channels = input._shape[1] if ndim >= 2 else 1
+    count = weight.numel()
+    if count != 1:
+        if weight.dim() != 1:
+            raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.dim()}")
+        if count != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{count} and channel size = {channels}.")
+        slope = weight.reshape((channels,) + (1,) * (ndim - 2))
+    else:
+        slope = weight.reshape(()) if weight.dim() != 0 else weight
+    return name_composite(_relu(input) + slope * clamp(input, max=0.0), "PreluKernelBackward0", input, weight)
+
+
+def glu(input, dim=-1):
+    """``a * sigmoid(b)`` for the two halves ``a``, ``b`` of ``input`` along ``dim``."""
+    if len(input._shape) == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    size = input.size(dim)
+    if size % 2:
+        d = dim % len(input._shape)
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {size}")
+    a, b = input.chunk(2, dim)
+    return name_composite(a * sigmoid(b), "GluBackward0", input)
+
+
+def softshrink(input, lambd=0.5):
+    """``x - clamp(x, -lambd, lambd)``: ``x -+ lambd`` outside, 0 inside, gradient 0 at
+    ``+-lambd`` as torch's."""
+    _float_only(input, "softshrink_check")   # torch's kernel name for it
+    largest = float(np.finfo(input._dtype.np).max) if input._dtype.is_floating_point else float("inf")
+    if not 0 <= lambd <= largest:
+        raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}, but found {lambd:g}")
+    return name_composite(input - clamp(input, -lambd, lambd), "SoftshrinkBackward0", input)
+
+
+def hardshrink(input, lambd=0.5):
+    """``x`` where ``|x| > lambd``, else 0: ``x`` times the mask ``sign(relu(|x| - lambd))``,
+    which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's."""
+    _float_only(input, "hardshrink_cpu")
+    return name_composite(input * _relu(input.abs() - lambd).sign(), "HardshrinkBackward0", input)
+
+
+def tanhshrink(input):
+    """``x - tanh(x)`` (torch's node: SubBackward0)."""
+    return input - tanh(input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``x`` where ``x > threshold``, else ``value``; gradient 0 at the threshold, as torch's."""
+    def compute():
+        keep = ~(input <= threshold)   # torch's: NaN is kept
+        return name_composite(_where(keep, input, value), "ThresholdBackward0", input)
+    return _inplace(input, inplace, compute, "threshold_")
+
+
+def rrelu(input, lower=1.0 / 8.0, upper=1.0 / 3.0, training=False, inplace=False):
+    """Randomized leaky ReLU: in training each ``x <= 0`` is scaled by a slope drawn uniformly
+    from ``[lower, upper)`` (tapejit's generator, so ``tj.manual_seed`` repeats it); otherwise
+    the fixed slope ``(lower + upper) / 2``."""
+    if not training:
+        slope = (lower + upper) / 2.0
+        return _inplace(input, inplace, lambda: name_composite(_leaky_relu(input, slope), "RreluWithNoiseBackward0",
+                                                               input), "rrelu_")
+    if not input._dtype.is_floating_point:
+        raise dtypes.not_implemented("rrelu_with_noise_out_cpu", input._dtype)
+    dt = input._dtype
+    values = input.detach()._value()
+    slopes = _rng().uniform(lower, upper, input._shape).astype(dt.np)
+    noise = _concrete(np.where(values <= 0, slopes, dt.np.type(1.0)).astype(dt.np))
+    return _inplace(input, inplace, lambda: name_composite(input * noise, "RreluWithNoiseBackward0", input),
+                    "rrelu_")
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-input, dim)``."""
+    if dim is None:
+        import warnings
+        warnings.warn("Implicit dimension choice for softmin has been deprecated. Change the call to include dim=X "
+                      "as an argument.", stacklevel=_stacklevel)
+        dim = 0 if len(input._shape) in (0, 1, 3) else 1
+    return softmax(-input, dim, dtype)
+
+
+_SELU_ALPHA_PRIME = -_SELU_ALPHA * _SELU_SCALE   # the value alpha dropout sets dropped units to
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Dropout that keeps a SELU network's mean and variance: dropped elements become
+    ``-scale * alpha``, then an affine ``a * x + b`` restores the moments (torch's formula and
+    node, AddBackward0; the mask from tapejit's generator)."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p == 0.0 or not training or input._numel == 0:
+        return input
+    dt = input._dtype if input._dtype.is_floating_point else dtypes.get_default_dtype()
+    if p == 1.0:
+        zero = _concrete(np.zeros((), dt.np))
+        return input.mul_(zero) if inplace else input * zero
+    keep = (_rng().random(input._shape) < 1.0 - p).astype(dt.np)
+    alpha = -_SELU_ALPHA_PRIME
+    a = 1.0 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
+    b = ((keep - 1) * (alpha * a) + alpha * a * p).astype(dt.np)
+    scale = (keep * a).astype(dt.np)
+    if inplace:
+        return input.mul_(_concrete(scale)).add_(_concrete(b))
+    return input * _concrete(scale) + _concrete(b)
+
+
+for _name in ("hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "selu", "celu", "glu", "threshold", "rrelu",
+              "alpha_dropout", "softshrink", "hardshrink", "logsigmoid"):
+    globals()[_name] = _front_end(globals()[_name], _name)
+del _name
+
+__all__ += ["alpha_dropout", "celu", "glu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "logsigmoid",
+            "mish", "prelu", "relu6", "rrelu", "selu", "softmin", "softshrink", "softsign", "tanhshrink",
+            "threshold"]
+
+
+# ---- pixel and channel shuffles, bilinear: reshapes, permutes and a matrix product ----------
+
+def _shuffle_input(op, input, factor, name):
+    if not isinstance(input, Tensor):
+        raise argument_error(op, "input", 1, input, "Tensor")
+    if len(input._shape) < 3:
+        raise RuntimeError(f"{op} expects input to have at least 3 dimensions, but got input with "
+                           f"{len(input._shape)} dimension(s)")
+    if factor <= 0:
+        raise RuntimeError(f"{op} expects a positive {name}, but got {factor}")
+
+
+def pixel_shuffle(input, upscale_factor):
+    """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: each group of ``r^2`` channels becomes an
+    ``r x r`` block of pixels."""
+    r = upscale_factor
+    _shuffle_input("pixel_shuffle", input, r, "upscale_factor")
+    *batch, c, h, w = input._shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of "
+                           f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    k = len(batch)
+    out = input.reshape(tuple(batch) + (c // (r * r), r, r, h, w))
+    out = out.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    out = out.reshape(tuple(batch) + (c // (r * r), h * r, w * r))
+    return name_composite(out, "PixelShuffleBackward0", input)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """The inverse of ``pixel_shuffle``: ``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``."""
+    r = downscale_factor
+    _shuffle_input("pixel_unshuffle", input, r, "downscale_factor")
+    *batch, c, h, w = input._shape
+    for side, size in (("height", h), ("width", w)):
+        if size % r:
+            dim = -2 if side == "height" else -1
+            raise RuntimeError(f"pixel_unshuffle expects {side} to be divisible by downscale_factor, but "
+                               f"input.size({dim})={size} is not divisible by {r}")
+    k = len(batch)
+    out = input.reshape(tuple(batch) + (c, h // r, r, w // r, r))
+    out = out.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    out = out.reshape(tuple(batch) + (c * r * r, h // r, w // r))
+    return name_composite(out, "PixelUnshuffleBackward0", input)
+
+
+def channel_shuffle(input, groups):
+    """Interleave the channels (dim 1) of ``groups`` equal groups: ``(N, g, C/g, *)`` read as
+    ``(N, C/g, g, *)``."""
+    if not isinstance(input, Tensor):
+        raise argument_error("channel_shuffle", "input", 1, input, "Tensor")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    if len(input._shape) <= 2:
+        raise RuntimeError(f"channel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{len(input._shape)} dimension(s)")
+    n, c, *rest = input._shape
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    out = input.reshape((n, groups, c // groups) + tuple(rest)).transpose(1, 2).reshape(input._shape)
+    return name_composite(out, "ChannelShuffleBackward0", input)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]``: one
+    matrix product of ``input1`` with ``weight`` laid out as ``(i, o * j)``, then a product
+    with ``input2`` summed over ``j``."""
+    for position, (name, t) in enumerate((("input1", input1), ("input2", input2), ("weight", weight)), 1):
+        if not isinstance(t, Tensor):
+            raise argument_error("bilinear", name, position, t, "Tensor")
+    s1, s2 = input1._shape, input2._shape
+    if len(s1) != len(s2):
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {len(s1)} and {len(s2)}")
+    for d in range(len(s1) - 1):
+        if s1[d] != s2[d]:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {d}: got {s1[d]} and {s2[d]}")
+    if len(weight._shape) != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, got {len(weight._shape)} dimensions")
+    o, i, j = weight._shape
+    if s1[-1] != i:
+        raise RuntimeError(f"bilinear(): input1 size does not match weight size: got {s1[-1]} but expected {i}")
+    if s2[-1] != j:
+        raise RuntimeError(f"bilinear(): input2 size does not match weight size: got {s2[-1]} but expected {j}")
+    if bias is not None and (len(bias._shape) != 1 or bias._shape[0] != o):
+        raise RuntimeError(f"bilinear(): bias size does not match weight size: got {bias._shape[-1]} but expected {o}")
+    batch = tuple(s1[:-1])
+    rows = _numel(batch)
+    left = input1.reshape(rows, i) @ weight.permute(1, 0, 2).reshape(i, o * j)
+    out = (left.reshape(rows, o, j) * input2.reshape(rows, 1, j)).sum(-1).reshape(batch + (o,))
+    return out if bias is None else out + bias
+
+
+__all__ += ["bilinear", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle"]
