@@ -19,7 +19,7 @@ from tapejit.creation import tensor as _tensor
 from tapejit.grad_mode import no_grad
 from tapejit.tensor import Tensor
 
-__all__ = ["check_grads"]
+__all__ = ["central_differences", "check_grads"]
 
 
 def check_grads(fn, inputs, *, wrt=None, eps=1e-6, rtol=1e-6, atol=1e-7, seed=0):
@@ -84,3 +84,18 @@ def _as_float64(x):
     """An input as a NumPy array: floating values in float64, integers and bools unchanged."""
     a = np.asarray(x.detach() if isinstance(x, Tensor) else x)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
+def central_differences(f, x, eps=1e-6):
+    """The gradient of a scalar function ``f`` of one NumPy array, by central differences at
+    float64, element by element: the reference that NumPy-mode gradients (``tj.grad``) are
+    compared with."""
+    x = np.asarray(x, np.float64)
+    g = np.zeros_like(x)
+    flat = x.reshape(-1)
+    for i in range(flat.size):
+        up, down = flat.copy(), flat.copy()
+        up[i] += eps
+        down[i] -= eps
+        g.reshape(-1)[i] = (f(up.reshape(x.shape)) - f(down.reshape(x.shape))) / (2 * eps)
+    return g

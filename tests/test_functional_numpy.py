@@ -5,23 +5,13 @@ import pytest
 import scipy.optimize as so
 
 import tapejit as tj
+from tapejit.testing import central_differences
 from tapejit.numpy_interop import supported_functions
 from tapejit.numpy_mode import to_tensor
 
 
 def rosen(x):
     return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
-
-
-def central_differences(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        up, down = flat.copy(), flat.copy()
-        up[i] += eps
-        down[i] -= eps
-        g.reshape(-1)[i] = (f(up.reshape(x.shape)) - f(down.reshape(x.shape))) / (2 * eps)
-    return g
 
 
 # ---- value_and_grad / grad ------------------------------------------------------------------

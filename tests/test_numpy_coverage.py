@@ -11,20 +11,9 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit.testing import central_differences
 
 sp = pytest.importorskip("scipy.special")
-
-
-def central_differences(f, x, eps=1e-6):
-    x = np.asarray(x, np.float64)
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        up, down = flat.copy(), flat.copy()
-        up[i] += eps
-        down[i] -= eps
-        g.reshape(-1)[i] = (f(up.reshape(x.shape)) - f(down.reshape(x.shape))) / (2 * eps)
-    return g
 
 
 rng = np.random.default_rng(16)

@@ -11,20 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tapejit as tj
+from tapejit.testing import central_differences
 from tapejit import CompileError
 from tapejit.numpy_mode import TracedArray, from_tensor, to_tensor
-
-
-def central_differences(f, x, eps=1e-6):
-    x = np.asarray(x, np.float64)
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        up, down = flat.copy(), flat.copy()
-        up[i] += eps
-        down[i] -= eps
-        g.reshape(-1)[i] = (f(up.reshape(x.shape)) - f(down.reshape(x.shape))) / (2 * eps)
-    return g
 
 
 def seen(f, *args):
