@@ -25,6 +25,8 @@ def main(argv=None):
     warm.add_argument("--groups", help="comma-separated op groups (default: all of them)")
     warm.add_argument("--dtypes", default="float64,float32", help="comma-separated float dtypes "
                       "(default: float64,float32)")
+    warm.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                      help="processes compiling at once (default: one per CPU core)")
     warm.add_argument("--quiet", action="store_true", help="no progress on stderr")
     cache = commands.add_parser("cache", help="the compiled-code cache: info or clear")
     cache.add_argument("action", choices=["info", "clear"])
@@ -34,7 +36,7 @@ def main(argv=None):
         demo()
         return 0
     if args.command == "warmup":
-        return warmup(args.groups, args.dtypes, args.quiet)
+        return warmup(args.groups, args.dtypes, args.quiet, args.jobs)
     return cache_info() if args.action == "info" else cache_clear(args.yes)
 
 
@@ -42,7 +44,7 @@ def _names(text):
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def warmup(groups, dtypes, quiet):
+def warmup(groups, dtypes, quiet, jobs=1):
     from tapejit import precompile, registry
     groups = _names(groups) if groups else list(registry.GROUPS)
     try:
@@ -50,9 +52,12 @@ def warmup(groups, dtypes, quiet):
     except (ValueError, TypeError) as e:
         print(f"python -m tapejit warmup: {e}", file=sys.stderr)
         return 2
+    if jobs < 1:
+        print(f"python -m tapejit warmup: --jobs expects a positive integer, got {jobs}", file=sys.stderr)
+        return 2
     progress = None if quiet else Progress(sys.stderr)
     try:
-        elapsed = precompile.precompile(groups, _names(dtypes), progress)
+        elapsed = precompile.precompile(groups, _names(dtypes), progress, jobs=min(jobs, len(work)))
     finally:
         if progress is not None:
             progress.stop()

@@ -97,18 +97,52 @@ def steps(groups=None, dtypes=DTYPES):
     return work
 
 
-def precompile(groups=None, dtypes=DTYPES, progress=None):
+def _run_step(groups, dtypes, index):
+    """Run step ``index`` of ``steps(groups, dtypes)`` in a worker process; its seconds."""
+    start = time.perf_counter()
+    steps(groups, dtypes)[index][1]()
+    return time.perf_counter() - start
+
+
+def _parallel(work, groups, dtypes, jobs, progress, start):
+    """Run ``work``'s steps in ``jobs`` processes.  Each step compiles one entry point for
+    one dtype: a Numba function of its own, cached in its own file, so processes compiling
+    different steps never write the same cache entry; Numba compiles on one core, and this
+    is what uses the others.  The steps are handed out one at a time, so a process that
+    finishes a short step takes the next."""
+    import concurrent.futures
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")   # a fork would copy Numba's state mid-use
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        pending = {pool.submit(_run_step, groups, dtypes, i): label for i, (label, _) in enumerate(work)}
+        done = 0
+        for future in concurrent.futures.as_completed(pending):
+            future.result()
+            done += 1
+            if progress is not None:
+                progress(done, len(work), pending[future], time.perf_counter() - start)
+
+
+def precompile(groups=None, dtypes=DTYPES, progress=None, jobs=1):
     """Compile ahead, or load from tapejit's cache, what a program whose tapes use op groups
     ``groups`` (names from ``registry.GROUPS``; every group if None) runs for arenas of
     ``dtypes``.  ``progress(done, total, label, elapsed)`` is called before each step
-    (``done`` steps finished) and once at the end (``label`` None).  Returns the elapsed
-    seconds."""
+    (``done`` steps finished; with ``jobs`` > 1, as each step ends instead) and once at the
+    end (``label`` None).  With ``jobs`` > 1 the
+    steps compile in that many processes at once, into the cache only: this process loads
+    nothing (a later process, or a later call with ``jobs=1``, loads them in about a second).
+    Returns the elapsed seconds."""
     work = steps(groups, dtypes)
     start = time.perf_counter()
-    for i, (label, run) in enumerate(work):
+    if jobs > 1 and len(work) > 1:
         if progress is not None:
-            progress(i, len(work), label, time.perf_counter() - start)
-        run()
+            progress(0, len(work), f"{len(work)} steps in {jobs} processes", 0.0)
+        _parallel(work, groups, dtypes, jobs, progress, start)
+    else:
+        for i, (label, run) in enumerate(work):
+            if progress is not None:
+                progress(i, len(work), label, time.perf_counter() - start)
+            run()
     elapsed = time.perf_counter() - start
     if progress is not None:
         progress(len(work), len(work), None, elapsed)

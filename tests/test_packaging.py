@@ -356,7 +356,7 @@ def test_help_lists_the_commands():
 
 def test_warmup_reports_each_step_with_its_groups_dtype_and_time(capsys):
     """In the suite's process (every op group's sweeps, compiled by the suite): loads."""
-    assert _cli.main(["warmup", "--groups", "arith", "--dtypes", "float64"]) == 0
+    assert _cli.main(["warmup", "--groups", "arith", "--dtypes", "float64", "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     lines = err.splitlines()
     steps = [line for line in lines if line.startswith("[")]
@@ -371,6 +371,7 @@ def test_warmup_refuses_unknown_groups_and_dtypes(capsys):
     assert _cli.main(["warmup", "--groups", "arith,nope"]) == 2
     assert "unknown op group(s) nope; the groups are arith, math" in capsys.readouterr().err
     assert _cli.main(["warmup", "--dtypes", "int64"]) == 2
+    assert _cli.main(["warmup", "--jobs", "0"]) == 2
     assert "float dtypes (float64, float32)" in capsys.readouterr().err
 
 
@@ -431,10 +432,12 @@ def test_cache_clear_asks_first_and_deletes_only_tapejits_files(tmp_path):
 
 @pytest.mark.slow
 def test_warmup_of_one_group_compiles_every_path_a_program_takes(tmp_path):
-    """After ``warmup --groups arith`` (a fresh cache), a program using arith on every path
-    (eager, chunked runs, replay, batched replay; float64 and float32) compiles nothing."""
+    """After ``warmup --groups arith --jobs 2`` (a fresh cache, two processes compiling), a
+    program using arith on every path (eager, chunked runs, replay, batched replay; float64
+    and float32) compiles nothing."""
     cache = tmp_path / "cache"
-    warm = tapejit_cli("warmup", "--groups", "arith", cache=cache)
+    warm = tapejit_cli("warmup", "--groups", "arith", "--jobs", "2", cache=cache)
+    assert "13 steps in 2 processes" in warm.stderr
     assert "13/13  done" in warm.stderr
     files = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     out = run(["-c", EVERY_PATH], cache=cache)
