@@ -495,7 +495,7 @@ def apply_inplace(t, compute, op="in-place op", writing=None, since=None):
 #
 # A view of a recorded tensor is a record of its own (a copy), and a view of a tensor with
 # no history a NumPy view; both carry ``_view = (base, where, stamp)`` (tapejit/ops/
-# movement.py ``_viewed``) and are registered with the root of their chain of bases.  An
+# views.py ``_viewed``) and are registered with the root of their chain of bases.  An
 # in-place op on a view writes its elements into the root (torch's ``CopySlices``); after
 # any in-place change of a root its recorded views take their elements again, so a view
 # read later holds the new values as torch's does, and records that saved a view's old
@@ -563,7 +563,7 @@ def _take_again(v, since=(None, None)):
     """View ``v`` takes its elements of its base again: its old value is gone, as in
     torch, where the base's in-place change bumps the version counter they share.
     ``since``: (tape, first record of the in-place op that changed the base)."""
-    from tapejit.ops.movement import view_again   # upward: views live in ops/movement.py
+    from tapejit.ops.views import view_again   # upward: views live in ops/views.py
     base, where, _ = v._view
     new = view_again(base, where, v._shape)
     old = getattr(v, "_version", 0)
@@ -662,7 +662,7 @@ def mark_multi_output(outputs, op):
 
 def _chain(t):
     """``t`` and its bases up to the root; refuses outputs of unbind (torch's error)."""
-    from tapejit.ops.movement import ONE_OF_SEVERAL   # upward: views live in ops/movement.py
+    from tapejit.ops.views import ONE_OF_SEVERAL   # upward: views live in ops/views.py
     chain = [t]
     view = getattr(t, "_view", None)
     while view is not None:
@@ -680,7 +680,7 @@ def _chain(t):
 def root_positions(t):
     """``t``'s root and the flat positions of ``t``'s elements in it (a view whose base
     changed since it was taken takes it again first)."""
-    from tapejit.ops.movement import view_positions   # upward: views live in ops/movement.py
+    from tapejit.ops.views import view_positions   # upward: views live in ops/views.py
     chain = _chain(t)
     positions = None
     for v in reversed(chain[:-1]):   # bases first
@@ -703,8 +703,9 @@ def _through_view(t, view, compute, op):
     """An in-place op on a view: the view's elements of its root are replaced too (PyTorch's
     ``CopySlices``), as ``root[positions] = new value``; then the root's other views follow
     (``refresh_views``)."""
-    # upward: views live in ops/movement.py
-    from tapejit.ops.movement import ONE_OF_SEVERAL, assign_positions, torch_strides
+    # upward: views live in ops/views.py, writes by position in ops/indexing.py
+    from tapejit.ops.indexing import assign_positions
+    from tapejit.ops.views import ONE_OF_SEVERAL, torch_strides
     if view is ONE_OF_SEVERAL:
         raise RuntimeError(
             f"{op}: an output of UnbindBackward0 is a view and is being modified inplace. This view "
@@ -759,7 +760,7 @@ def _rebind(t, other):
 def _apply(t, compute, op, since=None):
     check_leaf(t, op)
     if t._tape is None and 0 in t._data.strides:   # an expanded view of a tensor with no history
-        from tapejit.ops.movement import _refuse_overlap   # upward: views live in ops/movement.py
+        from tapejit.ops.indexing import _refuse_overlap   # upward: views live in ops/views.py
         _refuse_overlap(op, t._data)
     tape = recording_tape()
     before = tape.n if tape is not None else 0   # records from here on are this op's own

@@ -13,7 +13,7 @@ from tapejit.api import front_end as _front_end
 from tapejit.ops.linalg_dense import EIGH, EIGH_PART, INV, DET, QR, QR_PART, SLOGDET, SLOGDET_PART, SOLVE, SVD, SVD_PART
 from tapejit.ops.linalg_small import (LinAlgError, _batch_and_square, cholesky as _cholesky,
                                       solve_triangular as _solve_triangular)
-from tapejit.ops.movement import where as _where
+from tapejit.ops.indexing import where as _where
 from tapejit.ops.reduce import norm as _norm
 from tapejit.recording import broadcast_shapes, eager, expand, on_tape, operand, record
 from tapejit.shapes import numel

@@ -1752,7 +1752,7 @@ def _axis_error(a, ndim):
 
 
 def _take_axis(t, index, axis):
-    from tapejit.ops.movement import index_select
+    from tapejit.ops.indexing import index_select
     return index_select(t, axis, _concrete(np.ascontiguousarray(index, np.int64)))
 
 

@@ -36,7 +36,7 @@ from tapejit.nn.losses import (
 from tapejit.nn.padding import pad
 from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import linear
-from tapejit.ops.movement import where as _where
+from tapejit.ops.indexing import where as _where
 from tapejit.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh
 from tapejit.ops.unary import leaky_relu as _leaky_relu
 from tapejit.ops.unary import relu as _relu
@@ -410,7 +410,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     """``input / (k + alpha * mean of input**2 over size neighbouring channels) ** beta``,
     the window zero-padded at the edges as torch's."""
-    from tapejit.ops.movement import cat
+    from tapejit.ops.join import cat
     dim = input.dim()
     if dim < 3:
         raise ValueError(f"Expected 3D or higher dimensionality                          input (got {dim} dimensions)")

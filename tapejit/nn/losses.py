@@ -17,7 +17,9 @@ from tapejit.recording import name_composite
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
-from tapejit.ops.movement import INDEX, _gather, broadcast_tensors, where
+from tapejit.ops.indexing import _gather, where
+from tapejit.ops.movement import INDEX
+from tapejit.ops.views import broadcast_tensors
 from tapejit.ops.special import xlogy
 from tapejit.ops.unary import clamp, relu, softplus
 from tapejit.recording import broadcast_shapes

@@ -657,7 +657,7 @@ def _partly_overlapping(a, b):
     same strides.  An exact alias is fine, and so is a tensor that is not dense (torch's
     "too hard": no check)."""
     from tapejit.inplace import _root, root_positions
-    from tapejit.ops.movement import torch_strides
+    from tapejit.ops.views import torch_strides
     if not a._numel or not b._numel:
         return False
     if _root(a) is not _root(b):
