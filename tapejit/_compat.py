@@ -11,7 +11,7 @@ from tapejit import dtypes, inplace
 from tapejit.api import type_name
 from tapejit.creation import rng
 from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write, poison, _rebound
-from tapejit.ops.views import ONE_OF_SEVERAL, view_positions
+from tapejit.inplace import ONE_OF_SEVERAL, view_positions
 from tapejit.tape import recording_tape
 from tapejit.tensor import Tensor, _concrete
 

@@ -16,6 +16,8 @@ from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import state as _state, current as _current
 from tapejit.recording import on_tape, eager, name_composite
 from tapejit.tensor import Tensor, _concrete
+from tapejit import inplace as _inplace
+from tapejit.inplace import refuse_overlap
 
 
 # ---- x[key], x[key] = value ----------------------------------------------------------------
@@ -270,7 +272,7 @@ def setitem(input, key, value):
     if basic and _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
         target = input._data[key if Ellipsis in key else key + (Ellipsis,)]
         if target.ndim and 0 in target.strides:
-            _refuse_overlap("setitem", target)
+            refuse_overlap("setitem", target)
         v = _setitem_value(value, target.shape, True)
         note_write(input)
         target[...] = v
@@ -301,13 +303,6 @@ def _written(part, value):
     if part._dtype.is_floating_point and (part._tape is not None or (value._rg and _state.grad)):
         return record_binary(COPY, part, value)
     return _expand(value, part._shape) if value._shape != part._shape else value
-
-
-def _refuse_overlap(op, arr):
-    if arr.size and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides)):
-        raise RuntimeError(
-            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
-            f"a single memory location. Please clone() the tensor before performing the operation.")
 
 
 def _setitem_value(value, shape, basic):
@@ -490,3 +485,7 @@ def _where_method(self, condition, other):
 
 
 Tensor.where = _where_method
+
+
+# In-place ops on views write through to their root by position (tapejit/inplace.py, below ops/)
+_inplace.provide(assign_positions=assign_positions)

@@ -16,7 +16,8 @@ from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import state as _state, current as _current, pack_record as _pack
 from tapejit.recording import operand as _operand, on_tape, eager
 from tapejit.tensor import Tensor, _concrete, _taped, provide as _provide_to_tensor
-from tapejit.inplace import register_view as _register_view
+from tapejit import inplace as _inplace
+from tapejit.inplace import ONE_OF_SEVERAL, register_view as _register_view, view_positions
 
 
 # ---- views --------------------------------------------------------------------------------
@@ -31,13 +32,11 @@ def _plain(t):
 
 # A view of a recorded tensor is a record of its own (a copy on the tape), so it carries
 # ``_view = (base, where, stamp)`` for in-place ops to write through to its base
-# (tapejit/inplace.py): ``where`` is the first element for a contiguous view, or
-# ``(sizes, strides, start)``; ``stamp`` is ``(base._tape, base._off, version)`` when the
-# view was taken (version None: not read), which tells whether the base changed since.
+# (tapejit/inplace.py, which defines ``ONE_OF_SEVERAL`` and ``view_positions``): ``where``
+# is the first element for a contiguous view, or ``(sizes, strides, start)``; ``stamp`` is
+# ``(base._tape, base._off, version)`` when the view was taken (version None: not read),
+# which tells whether the base changed since.
 # Views of tensors with no history are NumPy views instead (``_plain``), sharing memory.
-
-#: ``_view`` of a row from iterating a tensor (``unbind``), which torch refuses to modify in place
-ONE_OF_SEVERAL = "unbind"
 
 
 def _viewed(t, x, where):
@@ -146,16 +145,6 @@ def _viewable(x, shape):
         return True
     strides = torch_strides(x)
     return strides is not None and _view_strides(x._shape, strides, shape) is not None
-
-
-def view_positions(base, where, shape):
-    """Flat positions in ``base`` of a view's elements, in the view's shape."""
-    if type(where) is int:
-        return np.arange(where, where + _numel(shape), dtype=np.int64).reshape(shape)
-    sizes, strides, start = where
-    flat = np.arange(max(base._numel, 1), dtype=np.int64)
-    return np.lib.stride_tricks.as_strided(flat[start:], shape=sizes,
-                                           strides=[s * flat.itemsize for s in strides]).copy()
 
 
 def view_again(base, where, shape):
@@ -565,3 +554,4 @@ def repeat(input, *sizes):
 # Tensor methods that are ops, and recording's broadcast view: both modules sit below ops/
 _provide_to_tensor(contiguous=contiguous, is_contiguous=is_contiguous, rows=_rows)
 _recording.provide(strided_view=strided_view)
+_inplace.provide(view_again=view_again, torch_strides=torch_strides)
