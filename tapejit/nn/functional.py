@@ -5,10 +5,13 @@ choosing compositions that add few records to the tape (``linear`` is the core's
 record, AddmmBackward0 as torch).  The losses live in
 ``tapejit.nn.losses`` and are re-exported here.
 """
+import sys as _sys
+
 import numpy as np
 
 from tapejit import dtypes
 from tapejit.api import argument_error, front_end as _front_end
+from tapejit.autograd import profiler as _profiler
 from tapejit.creation import rng as _rng
 from tapejit.recording import name_composite
 from tapejit.nn.losses import (
@@ -43,6 +46,8 @@ from tapejit.ops.unary import relu as _relu
 from tapejit.printing import type_name
 from tapejit.shapes import numel as _numel
 from tapejit.tensor import Tensor, _concrete
+
+_profiler.time_functions_of(_sys.modules[__name__])   # a profile times these functions too
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
            "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss",
