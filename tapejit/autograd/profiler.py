@@ -213,10 +213,11 @@ def _patch():
         if isinstance(inner, types.FunctionType) and id(inner) not in wrappers \
                 and inner.__name__ == original.__name__ and inner.__module__.startswith("tapejit"):
             wrappers[id(inner)] = (inner, _timed(wrapper._name, inner))
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "tapejit" or module_name.startswith("tapejit.")) \
-                or module_name == __name__:
-            continue
+    # ... and ``api.front_ends``, through which modules below the facade call ``tj.<name>``
+    owners = [module for module_name, module in list(sys.modules.items())
+              if module is not None and (module_name == "tapejit" or module_name.startswith("tapejit."))
+              and module_name != __name__]
+    for module in owners + [api.front_ends]:
         namespace = vars(module)
         for attr, value in list(namespace.items()):
             entry = wrappers.get(id(value))
