@@ -2364,3 +2364,6 @@ implements(np.linalg.eig)(_refuse_complex("numpy.linalg.eig"))
 implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 
 del _fn, _handler
+
+# np.inner, hstack, vstack and cumsum of tensors have NumPy's semantics: these implementations
+_interop.provide(_inner=_inner, _hstack=_hstack, _vstack=_vstack, _np_cumsum=_np_cumsum, to_tensor=to_tensor)
