@@ -3,7 +3,7 @@
 Everything here is composed from the core's differentiable ops (no opcodes of its own),
 choosing compositions that add few records to the tape (``linear`` is the core's fused
 record, AddmmBackward0 as torch).  The losses live in
-``tapejit.nn.losses`` and are re-exported here.
+``tapejit.nn.loss_functions`` and are re-exported here.
 """
 import sys as _sys
 
@@ -14,7 +14,7 @@ from tapejit.api import argument_error, front_end as _front_end
 from tapejit.autograd import profiler as _profiler
 from tapejit.creation import rng as _rng
 from tapejit.recording import name_composite
-from tapejit.nn.losses import (
+from tapejit.nn.loss_functions import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
     cosine_embedding_loss,

@@ -1,5 +1,5 @@
 """Loss functions (``tapejit.nn.functional.mse_loss`` and friends), with PyTorch's
-formulas, reductions and errors.
+formulas, reductions and errors; their modules (``nn.MSELoss``, ...) are in ``loss.py``.
 
 Class weights, ignored targets, label smoothing and probability targets are folded into
 constant NumPy coefficients wherever the targets need no gradient, so a loss adds only a
