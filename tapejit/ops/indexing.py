@@ -14,10 +14,12 @@ from tapejit.recording import (record, contiguous_strides, broadcast_shapes, res
 from tapejit.recording import expand as _expand
 from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import state as _state, current as _current
-from tapejit.recording import on_tape, eager, name_composite
+from tapejit.recording import on_tape, eager, name_composite, record_binary
 from tapejit.tensor import Tensor, _concrete
 from tapejit import inplace as _inplace
-from tapejit.inplace import refuse_overlap
+from tapejit.inplace import (apply_inplace, check_leaf, check_view_leaf, note_write, refuse_overlap,
+                             root_positions)
+from tapejit.ops.binary import COPY
 
 
 # ---- x[key], x[key] = value ----------------------------------------------------------------
@@ -259,7 +261,6 @@ def _gather(op, x, positions):
 
 @export(function=False, dunders=("__setitem__",))
 def setitem(input, key, value):
-    from tapejit.inplace import check_leaf, note_write
     check_leaf(input, "setitem")
     key = _norm_key(key)
     basic = _is_basic(key)
@@ -279,7 +280,6 @@ def setitem(input, key, value):
         return
     if type(getattr(input, "_view", None)) is tuple:
         # A view: torch writes its part of the storage, as ``input[key].copy_(value)``.
-        from tapejit.inplace import apply_inplace, check_view_leaf, root_positions
         if basic:
             part = getitem(input, key)
             apply_inplace(part, lambda: _written(part, value), "setitem")
@@ -294,8 +294,6 @@ def setitem(input, key, value):
 def _written(part, value):
     """What ``part[...] = value`` makes ``part`` hold (torch's ``copy_``, with setitem's
     shape rule)."""
-    from tapejit.ops.binary import COPY
-    from tapejit.recording import record_binary
     value = as_tensor_operand(value, part)
     _setitem_value(np.broadcast_to(np.False_, value._shape), part._shape, True)   # torch's errors
     while len(value._shape) > len(part._shape) and value._shape[0] == 1:
@@ -330,7 +328,6 @@ def _setitem_value(value, shape, basic):
 def assign_positions(input, pos, value, basic=True, writing=None, since=None):
     """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
     in the shape ``value`` is broadcast to; ``writing``: the view this write comes through)."""
-    from tapejit.inplace import apply_inplace, note_write
     if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
         v = _setitem_value(value, pos.shape, basic)
         note_write(input)
@@ -441,7 +438,6 @@ def masked_fill(input, mask, value):
 
 @export(method=True, function=False)
 def masked_fill_(input, mask, value):
-    from tapejit.inplace import apply_inplace
     return apply_inplace(input, lambda: masked_fill(input, mask, value), "masked_fill_")
 
 

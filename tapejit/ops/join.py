@@ -5,6 +5,7 @@ import numpy as np
 
 from tapejit import dtypes as _dtypes
 from tapejit.api import export
+from tapejit.inplace import mark_multi_output
 from tapejit.ops.movement import SLICE, CAT, STACK
 from tapejit.ops.indexing import getitem
 from tapejit.ops.views import _copy_range, _plain, _rows
@@ -164,7 +165,6 @@ def split(tensor, split_size_or_sections, dim=0):
             bounds.append(bounds[-1] + s)
     out = tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
     if tensor._rg:
-        from tapejit.inplace import mark_multi_output
         mark_multi_output(out, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
     return out
 
@@ -189,6 +189,5 @@ def unbind(input, dim=0):
         return tuple(_rows(input))
     out = tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
     if input._rg:
-        from tapejit.inplace import mark_multi_output
         mark_multi_output(out, "Unbind")
     return out
