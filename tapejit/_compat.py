@@ -11,7 +11,7 @@ from tapejit import dtypes, inplace
 from tapejit.api import type_name
 from tapejit.creation import rng
 from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write, poison, _rebound
-from tapejit.ops.movement import ONE_OF_SEVERAL, view_positions
+from tapejit.inplace import ONE_OF_SEVERAL, view_positions
 from tapejit.tape import recording_tape
 from tapejit.tensor import Tensor, _concrete
 
@@ -70,7 +70,7 @@ def _reshape_in_place(t, compute, numpy_view, op):
 
 
 def _where_of(positions):
-    """The ``_view`` position spec (see ops/movement.py) of a view whose elements are the
+    """The ``_view`` position spec (see ops/views.py) of a view whose elements are the
     flat ``positions`` of its base: a start for a contiguous range, else sizes, strides
     and start (views are affine in their index, so the steps from the first element give
     the strides)."""

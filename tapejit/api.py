@@ -227,3 +227,26 @@ def front_end(fn, public=None, method=False):
 
 def _tensor_cls():
     return Tensor
+
+
+class Names:
+    """``tj.<name>`` for user-level code below the facade, which does not import it: each
+    use looks ``name`` up in ``sources`` in turn (``front_ends`` and the modules the facade
+    takes its names from), so a profile's timing wrappers, put in those, are seen;
+    ``fixed`` names sub-namespaces (``linalg=...``)."""
+    __slots__ = ("_sources", "_fixed")
+
+    def __init__(self, *sources, **fixed):
+        self._sources = sources
+        self._fixed = fixed
+
+    def __getattr__(self, name):
+        value = self._fixed.get(name, self)
+        if value is not self:
+            return value
+        for source in self._sources:
+            value = getattr(source, name, self)
+            if value is not self:
+                return value
+        raise AttributeError(f"module 'tapejit' has no attribute {name!r}")
+

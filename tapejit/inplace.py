@@ -23,6 +23,7 @@ import numpy as np
 from tapejit import chunked, registry, tape as _tape
 from tapejit.dtypes import SCALAR_TYPE_NAMES
 from tapejit.printing import type_name
+from tapejit.shapes import numel as _numel
 from tapejit.recording import cast
 from tapejit.tape import state, recording_tape
 from tapejit.tensor import _taped, provide as _provide_to_tensor
@@ -495,14 +496,48 @@ def apply_inplace(t, compute, op="in-place op", writing=None, since=None):
 #
 # A view of a recorded tensor is a record of its own (a copy), and a view of a tensor with
 # no history a NumPy view; both carry ``_view = (base, where, stamp)`` (tapejit/ops/
-# movement.py ``_viewed``) and are registered with the root of their chain of bases.  An
+# views.py ``_viewed``) and are registered with the root of their chain of bases.  An
 # in-place op on a view writes its elements into the root (torch's ``CopySlices``); after
 # any in-place change of a root its recorded views take their elements again, so a view
 # read later holds the new values as torch's does, and records that saved a view's old
 # value are marked as for any in-place change.
 
+#: ``_view`` of a row from iterating a tensor (``unbind``), which torch refuses to modify in place
+ONE_OF_SEVERAL = "unbind"
+
 #: id(root) -> {id(view): weak reference} for the live views of that root
 _views_of = {}
+
+
+class _Above:
+    """The view functions of ops/ (above this module) that in-place ops on views call:
+    ops/views.py and ops/indexing.py hand them over at import with ``provide``."""
+    __slots__ = ("view_again", "torch_strides", "assign_positions")
+
+
+above = _Above()
+
+
+def provide(**functions):
+    for name, function in functions.items():
+        setattr(above, name, function)
+
+
+def view_positions(base, where, shape):
+    """Flat positions in ``base`` of a view's elements, in the view's shape."""
+    if type(where) is int:
+        return np.arange(where, where + _numel(shape), dtype=np.int64).reshape(shape)
+    sizes, strides, start = where
+    flat = np.arange(max(base._numel, 1), dtype=np.int64)
+    return np.lib.stride_tricks.as_strided(flat[start:], shape=sizes,
+                                           strides=[s * flat.itemsize for s in strides]).copy()
+
+
+def refuse_overlap(op, arr):
+    if arr.size and any(st == 0 and n > 1 for n, st in zip(arr.shape, arr.strides)):
+        raise RuntimeError(
+            f"{op}: unsupported operation: more than one element of the written-to tensor refers to "
+            f"a single memory location. Please clone() the tensor before performing the operation.")
 
 
 class _ViewRef(weakref.ref):
@@ -563,9 +598,8 @@ def _take_again(v, since=(None, None)):
     """View ``v`` takes its elements of its base again: its old value is gone, as in
     torch, where the base's in-place change bumps the version counter they share.
     ``since``: (tape, first record of the in-place op that changed the base)."""
-    from tapejit.ops.movement import view_again   # upward: views live in ops/movement.py
     base, where, _ = v._view
-    new = view_again(base, where, v._shape)
+    new = above.view_again(base, where, v._shape)
     old = getattr(v, "_version", 0)
     if v._tape is not None:
         poison(v._tape, v._dtype.arena, v._off, v, old, since[1] if v._tape is since[0] else None)
@@ -662,7 +696,6 @@ def mark_multi_output(outputs, op):
 
 def _chain(t):
     """``t`` and its bases up to the root; refuses outputs of unbind (torch's error)."""
-    from tapejit.ops.movement import ONE_OF_SEVERAL   # upward: views live in ops/movement.py
     chain = [t]
     view = getattr(t, "_view", None)
     while view is not None:
@@ -680,7 +713,6 @@ def _chain(t):
 def root_positions(t):
     """``t``'s root and the flat positions of ``t``'s elements in it (a view whose base
     changed since it was taken takes it again first)."""
-    from tapejit.ops.movement import view_positions   # upward: views live in ops/movement.py
     chain = _chain(t)
     positions = None
     for v in reversed(chain[:-1]):   # bases first
@@ -703,8 +735,6 @@ def _through_view(t, view, compute, op):
     """An in-place op on a view: the view's elements of its root are replaced too (PyTorch's
     ``CopySlices``), as ``root[positions] = new value``; then the root's other views follow
     (``refresh_views``)."""
-    # upward: views live in ops/movement.py
-    from tapejit.ops.movement import ONE_OF_SEVERAL, assign_positions, torch_strides
     if view is ONE_OF_SEVERAL:
         raise RuntimeError(
             f"{op}: an output of UnbindBackward0 is a view and is being modified inplace. This view "
@@ -724,7 +754,7 @@ def _through_view(t, view, compute, op):
                     f"output views to be modified inplace. You should replace the inplace operation by an "
                     f"out-of-place one.")
     if t._numel:
-        strides = torch_strides(t)
+        strides = above.torch_strides(t)
         if strides is None or any(st == 0 and n > 1 for n, st in zip(t._shape, strides)):
             raise RuntimeError(
                 f"{op}: unsupported operation: more than one element of the written-to tensor refers "
@@ -741,7 +771,7 @@ def _through_view(t, view, compute, op):
     if t._tape is None and shares_root_memory(t):
         _note_group_write(t, root, None)   # a NumPy view of the root's memory: written already
         return t
-    assign_positions(root, positions, t, writing=t, since=since)
+    above.assign_positions(root, positions, t, writing=t, since=since)
     if t._tape is not None:
         _note_written(root, t)
     return t
@@ -759,8 +789,7 @@ def _rebind(t, other):
 def _apply(t, compute, op, since=None):
     check_leaf(t, op)
     if t._tape is None and 0 in t._data.strides:   # an expanded view of a tensor with no history
-        from tapejit.ops.movement import _refuse_overlap   # upward: views live in ops/movement.py
-        _refuse_overlap(op, t._data)
+        refuse_overlap(op, t._data)
     tape = recording_tape()
     before = tape.n if tape is not None else 0   # records from here on are this op's own
     if since is not None:

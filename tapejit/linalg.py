@@ -10,10 +10,11 @@ from collections import namedtuple
 import numpy as np
 
 from tapejit.api import front_end as _front_end
+from tapejit.ops import linalg_dense as _linalg_dense
 from tapejit.ops.linalg_dense import EIGH, EIGH_PART, INV, DET, QR, QR_PART, SLOGDET, SLOGDET_PART, SOLVE, SVD, SVD_PART
 from tapejit.ops.linalg_small import (LinAlgError, _batch_and_square, cholesky as _cholesky,
                                       solve_triangular as _solve_triangular)
-from tapejit.ops.movement import where as _where
+from tapejit.ops.indexing import where as _where
 from tapejit.ops.reduce import norm as _norm
 from tapejit.recording import broadcast_shapes, eager, expand, on_tape, operand, record
 from tapejit.shapes import numel
@@ -476,3 +477,6 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
 for _name in __all__[1:]:
     globals()[_name] = _front_end(globals()[_name], "linalg_" + _name)
 del _name
+
+# torch's inverse, det, slogdet and logdet (tapejit/ops/linalg_dense.py) run these
+_linalg_dense.provide(inv=inv, det=_det, slogdet=_slogdet, logdet=_logdet, slogdet_result=slogdet_result)

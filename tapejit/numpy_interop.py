@@ -275,15 +275,24 @@ def _dot(a, b, out=None):
     return a @ b
 
 
+# NumPy mode's implementations by name, and its ``to_tensor``: tapejit/numpy_mode.py, above
+# this module, hands them over at import with ``provide``.
+_numpy_mode = {}
+
+
+def provide(**functions):
+    _numpy_mode.update(functions)
+
+
 def _numpy_semantics(name):
     """NumPy's function on tensors with NumPy's semantics: NumPy mode's implementation
     (tapejit/numpy_mode.py), which takes tensors, its traced results unwrapped."""
     def call(*args, **kwargs):
-        from tapejit import numpy_mode   # upward: NumPy mode's implementation, above this module
-        result = getattr(numpy_mode, name)(*args, **kwargs)
+        result = _numpy_mode[name](*args, **kwargs)
+        to_tensor = _numpy_mode["to_tensor"]
         if isinstance(result, (list, tuple)):
-            return type(result)(numpy_mode.to_tensor(r) for r in result)
-        return numpy_mode.to_tensor(result)
+            return type(result)(to_tensor(r) for r in result)
+        return to_tensor(result)
     return call
 
 

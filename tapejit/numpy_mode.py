@@ -84,8 +84,9 @@ import warnings
 
 import numpy as np
 
-from tapejit import dtypes
+from tapejit import dtypes, linalg as _linalg, special as _special
 from tapejit import numpy_interop as _interop
+from tapejit.api import Names, front_ends
 from tapejit.tape import state as _state
 from tapejit.tensor import Tensor, _concrete
 
@@ -812,7 +813,7 @@ def _promoted(parts):
 
 
 def _stack_promoted(parts, axis):
-    import tapejit as tj
+    tj = _tj()
     parts = _promoted(parts)
     if not parts[0]._dtype.is_floating_point:
         return _concrete(np.stack([p._value() for p in parts], axis))
@@ -967,9 +968,11 @@ def _remainder(value_fn, quotient_fn, a, b, dt):
     return _wrap(r)
 
 
+_TJ = Names(front_ends, linalg=_linalg, special=_special)
+
+
 def _tj():
-    import tapejit
-    return tapejit
+    return _TJ
 
 
 def _copysign(a, b):
@@ -1752,7 +1755,7 @@ def _axis_error(a, ndim):
 
 
 def _take_axis(t, index, axis):
-    from tapejit.ops.movement import index_select
+    from tapejit.ops.indexing import index_select
     return index_select(t, axis, _concrete(np.ascontiguousarray(index, np.int64)))
 
 
@@ -2361,3 +2364,6 @@ implements(np.linalg.eig)(_refuse_complex("numpy.linalg.eig"))
 implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 
 del _fn, _handler
+
+# np.inner, hstack, vstack and cumsum of tensors have NumPy's semantics: these implementations
+_interop.provide(_inner=_inner, _hstack=_hstack, _vstack=_vstack, _np_cumsum=_np_cumsum, to_tensor=to_tensor)

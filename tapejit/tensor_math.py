@@ -19,14 +19,15 @@ from tapejit import dtypes as _dtypes
 from tapejit.api import export, front_ends
 from tapejit.inplace import apply_inplace, in_place
 from tapejit.ops import indexed as _ops
-from tapejit.ops.movement import (INDEX, _gather, _index_values, _plain, _rows, _slice_dim, contiguous, is_contiguous,
-                                  strided_view)
-from tapejit import recording as _recording
+from tapejit.ops.movement import INDEX
+from tapejit.ops.indexing import _gather, _index_values
+from tapejit.ops.join import _slice_dim
+from tapejit.ops.views import _plain
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
                                on_tape, record, result_dtype)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
-from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
+from tapejit.tensor import Tensor, _concrete
 
 def _tj():
     return front_ends   # tj's front ends (this module is imported by the facade, not above it)
@@ -962,8 +963,3 @@ def bitwise_not(input):
     v = input._value()
     return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
 
-
-# Tensor methods that are ops, and recording's broadcast view: both modules sit below ops/
-# (this wiring moves into ops/movement.py, the provider, once that file is free to edit)
-_provide_to_tensor(contiguous=contiguous, is_contiguous=is_contiguous, rows=_rows)
-_recording.provide(strided_view=strided_view)

@@ -479,6 +479,20 @@ def test_profiler_costs_nothing_when_off_and_restores_everything():
         assert (tj.ones(1) + 1).item() == 2.0
 
 
+def test_profiler_times_ops_called_through_front_ends():
+    """Modules below the facade call ``tj.<name>`` through ``api.front_ends`` (they do not
+    import the facade): a profile times those calls too, as torch's lists the ops its
+    Python functions run (torch: parameters_to_vector's aten::cat), and puts them back."""
+    from tapejit.api import front_ends
+    before = front_ends.cat
+    p = tj.ones(2, requires_grad=True)
+    with tj.autograd.profiler.profile() as prof:
+        tj.nn.utils.parameters_to_vector([p, p])
+        tj.value_and_grad(lambda x: np.maximum(x, 0.5).sum())(np.ones(2))
+    assert {"cat", "maximum"} <= {e.name for e in prof.function_events}
+    assert front_ends.cat is before
+
+
 def test_profiler_disabled_before_running_and_as_a_decorator():
     with tj.autograd.profiler.profile(enabled=False) as off:
         tj.zeros(1) + 1

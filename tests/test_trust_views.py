@@ -150,9 +150,9 @@ def _random_key(rng, shape):
 
 def test_index_positions_match_torch_on_random_keys():
     """Ints, slices, None, ``...``, integer arrays and masks over one to two dims, mixed:
-    tapejit's positions (tapejit/ops/movement.py ``_torch_index``) are torch's, and a key
+    tapejit's positions (tapejit/ops/indexing.py ``_torch_index``) are torch's, and a key
     torch refuses raises IndexError."""
-    from tapejit.ops.movement import _torch_index
+    from tapejit.ops.indexing import _torch_index
     rng = random.Random(14)
     for _ in range(3000):
         shape = tuple(rng.randint(0, 3) for _ in range(rng.randint(1, 4)))

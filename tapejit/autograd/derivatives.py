@@ -23,6 +23,8 @@ from tapejit.api import front_ends as tj   # the facade's functions, without imp
 from tapejit import registry
 from tapejit.autograd.higher import derivative, shaped, slot
 from tapejit.ops import activation as _act, binary as _bin, linalg as _lin, movement as _mov
+from tapejit.ops.indexing import _gather
+from tapejit.ops.views import strided_view
 from tapejit.ops import reduce as _red, unary as _un, indexed as _idx, special as _sp
 from tapejit.ops import linalg_dense as _ld, norm as _nrm
 from tapejit.tensor import _concrete
@@ -57,7 +59,7 @@ def _value(t):
 
 def gather(x, positions):
     """``x[positions]`` of flat ``x`` (an ``index`` record; its gradient scatters back)."""
-    return _mov._gather(_mov.INDEX, x, np.asarray(positions, np.int64))
+    return _gather(_mov.INDEX, x, np.asarray(positions, np.int64))
 
 
 def scatter_add(g, positions, size):
@@ -676,7 +678,7 @@ def _sum(c):
     sizes = [int(s) for s in ints[p + 2:p + 2 + nd]]
     ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
     # input element idx reads g at sum(idx * ostrides): a strided view of g (an expand)
-    g = _mov.strided_view(_mov.EXPAND, c.g, tuple(sizes), tuple(int(s) for s in ostrides), 0)
+    g = strided_view(_mov.EXPAND, c.g, tuple(sizes), tuple(int(s) for s in ostrides), 0)
     scale = c.float(c.q)
     return (g * scale if scale != 1.0 else g, None)
 

@@ -140,12 +140,26 @@ def _is_op(name, fn):
             and not getattr(fn, "_profiled", False))
 
 
+# The namespaces and classes above autograd whose functions a profile times (the facade,
+# nn.functional, optimizers): they hand themselves over at import, as autograd imports
+# nothing above it.
+_timed_modules = []
+_timed_classes = []
+
+
+def time_functions_of(module):
+    """Have a profile time ``module``'s public functions."""
+    _timed_modules.append(module)
+
+
+def time_methods_of(base, methods):
+    """Have a profile time ``methods`` of ``base`` and of its subclasses, in rows named as
+    torch's optimizer rows (``Optimizer.step#SGD.step``)."""
+    _timed_classes.append((base, methods))
+
+
 def _targets():
     """(owner, attribute, event name) of every timed function."""
-    # upward: the facade and the layers above autograd, whose functions a profile times
-    import tapejit
-    from tapejit.nn import functional
-    from tapejit.optim.optimizer import Optimizer
     found = []
     for public, fn, meth, dunders in api.EXPORTS:
         if meth is not None:
@@ -157,20 +171,22 @@ def _targets():
                  "uniform_"):
         if isinstance(Tensor.__dict__.get(name), types.FunctionType):
             found.append((Tensor, name, name))
-    for module in (tapejit, functional, linalg, special):
+    for module in (*_timed_modules, linalg, special):
         # linalg and special import recording helpers (record, on_tape...) by name: their
         # __all__ says which are theirs
         public = getattr(module, "__all__", None) if module in (linalg, special) else None
         for name, fn in list(vars(module).items()):
             if (public is None or name in public) and _is_op(name, fn):
                 found.append((module, name, name))
-    classes = [Optimizer]
-    while classes:
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        for method in ("step", "zero_grad"):
-            if isinstance(cls.__dict__.get(method), types.FunctionType):
-                found.append((cls, method, lambda self, m=method: f"Optimizer.{m}#{type(self).__name__}.{m}"))
+    for base, methods in _timed_classes:
+        classes = [base]
+        while classes:
+            cls = classes.pop()
+            classes.extend(cls.__subclasses__())
+            for method in methods:
+                if isinstance(cls.__dict__.get(method), types.FunctionType):
+                    found.append((cls, method, lambda self, m=method, b=base.__name__:
+                                  f"{b}.{m}#{type(self).__name__}.{m}"))
     return found
 
 
@@ -197,10 +213,11 @@ def _patch():
         if isinstance(inner, types.FunctionType) and id(inner) not in wrappers \
                 and inner.__name__ == original.__name__ and inner.__module__.startswith("tapejit"):
             wrappers[id(inner)] = (inner, _timed(wrapper._name, inner))
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "tapejit" or module_name.startswith("tapejit.")) \
-                or module_name == __name__:
-            continue
+    # ... and ``api.front_ends``, through which modules below the facade call ``tj.<name>``
+    owners = [module for module_name, module in list(sys.modules.items())
+              if module is not None and (module_name == "tapejit" or module_name.startswith("tapejit."))
+              and module_name != __name__]
+    for module in owners + [api.front_ends]:
         namespace = vars(module)
         for attr, value in list(namespace.items()):
             entry = wrappers.get(id(value))

@@ -6,15 +6,12 @@ whole); ``repr`` is torch's (``GreaterThan(lower_bound=0.0)``), as it appears in
 """
 import numpy as np
 
+from tapejit.creation import tensor as _tensor
+
 __all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_than", "greater_than_eq",
            "half_open_interval", "independent", "integer_interval", "interval", "is_dependent",
            "lower_cholesky", "lower_triangular", "nonnegative", "nonnegative_integer", "positive",
            "positive_definite", "positive_integer", "real", "real_vector", "simplex", "unit_interval"]
-
-
-def _tj():
-    import tapejit   # upward: the public API these user-level classes are written in
-    return tapejit
 
 
 class Constraint:
@@ -93,7 +90,7 @@ class _IndependentConstraint(Constraint):
             raise ValueError(f"Expected value.dim() >= {expected} but got {value.dim()}")
         v = result.numpy()
         v = v.reshape(v.shape[:v.ndim - self.reinterpreted_batch_ndims] + (-1,)).all(-1)
-        return _tj().tensor(v)
+        return _tensor(v)
 
     def __repr__(self):
         return f"{self.__class__.__name__[1:]}({repr(self.base_constraint)}, {self.reinterpreted_batch_ndims})"
@@ -178,7 +175,7 @@ class _Simplex(Constraint):
 
     def check(self, value):
         v = value.detach().numpy()
-        return _tj().tensor(np.all(v >= 0, axis=-1) & (np.abs(v.sum(-1) - 1) < 1e-6))
+        return _tensor(np.all(v >= 0, axis=-1) & (np.abs(v.sum(-1) - 1) < 1e-6))
 
 
 class _LowerTriangular(Constraint):
@@ -186,7 +183,7 @@ class _LowerTriangular(Constraint):
 
     def check(self, value):
         v = value.detach().numpy()
-        return _tj().tensor((np.tril(v) == v).reshape(v.shape[:-2] + (-1,)).min(-1))
+        return _tensor((np.tril(v) == v).reshape(v.shape[:-2] + (-1,)).min(-1))
 
 
 class _LowerCholesky(Constraint):
@@ -196,7 +193,7 @@ class _LowerCholesky(Constraint):
         v = value.detach().numpy()
         lower = (np.tril(v) == v).reshape(v.shape[:-2] + (-1,)).min(-1)
         positive_diagonal = (np.diagonal(v, axis1=-2, axis2=-1) > 0).min(-1)
-        return _tj().tensor(lower & positive_diagonal)
+        return _tensor(lower & positive_diagonal)
 
 
 class _PositiveDefinite(Constraint):
@@ -213,7 +210,7 @@ class _PositiveDefinite(Constraint):
                 factorable[i] = True
             except np.linalg.LinAlgError:
                 factorable[i] = False
-        return _tj().tensor(symmetric & factorable.reshape(v.shape[:-2]))
+        return _tensor(symmetric & factorable.reshape(v.shape[:-2]))
 
 
 dependent = _Dependent()

@@ -14,15 +14,24 @@ import warnings
 
 import numpy as np
 
+from tapejit import autograd as _autograd, creation as _creation, dtypes as _dtypes, grad_mode as _grad_mode
+from tapejit import linalg as _linalg, nn as _nn
+from tapejit.api import Names, front_ends
 from tapejit.distributions import constraints
 from tapejit.tape import state
+from tapejit.tensor import Size, Tensor
 
 __all__ = ["Distribution"]
 
 
+# ``tj.<name>``, the public API these user-level classes are written in, without importing
+# the facade: its front ends, and the modules it takes its other names from
+_TJ = Names(front_ends, _creation, _dtypes, _grad_mode, Tensor=Tensor, Size=Size, autograd=_autograd,
+            creation=_creation, linalg=_linalg, nn=_nn)
+
+
 def _tj():
-    import tapejit   # upward: the public API these user-level classes are written in
-    return tapejit
+    return _TJ
 
 
 class lazy_property:

@@ -15,7 +15,8 @@ from tapejit.nn.parameter import Parameter
 from tapejit.creation import empty
 from tapejit.ops.activation import softmax
 from tapejit.ops.linalg import linear
-from tapejit.ops.movement import cat, where
+from tapejit.ops.indexing import where
+from tapejit.ops.join import cat
 from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention"]

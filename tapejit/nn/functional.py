@@ -3,15 +3,18 @@
 Everything here is composed from the core's differentiable ops (no opcodes of its own),
 choosing compositions that add few records to the tape (``linear`` is the core's fused
 record, AddmmBackward0 as torch).  The losses live in
-``tapejit.nn.losses`` and are re-exported here.
+``tapejit.nn.loss_functions`` and are re-exported here.
 """
+import sys as _sys
+
 import numpy as np
 
 from tapejit import dtypes
 from tapejit.api import argument_error, front_end as _front_end
+from tapejit.autograd import profiler as _profiler
 from tapejit.creation import rng as _rng
 from tapejit.recording import name_composite
-from tapejit.nn.losses import (
+from tapejit.nn.loss_functions import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
     cosine_embedding_loss,
@@ -36,13 +39,15 @@ from tapejit.nn.losses import (
 from tapejit.nn.padding import pad
 from tapejit.ops.activation import log_softmax, softmax
 from tapejit.ops.linalg import linear
-from tapejit.ops.movement import where as _where
+from tapejit.ops.indexing import where as _where
 from tapejit.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh
 from tapejit.ops.unary import leaky_relu as _leaky_relu
 from tapejit.ops.unary import relu as _relu
 from tapejit.printing import type_name
 from tapejit.shapes import numel as _numel
 from tapejit.tensor import Tensor, _concrete
+
+_profiler.time_functions_of(_sys.modules[__name__])   # a profile times these functions too
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
            "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss",
@@ -410,7 +415,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     """``input / (k + alpha * mean of input**2 over size neighbouring channels) ** beta``,
     the window zero-padded at the edges as torch's."""
-    from tapejit.ops.movement import cat
+    from tapejit.ops.join import cat
     dim = input.dim()
     if dim < 3:
         raise ValueError(f"Expected 3D or higher dimensionality                          input (got {dim} dimensions)")

@@ -1,6 +1,7 @@
-"""Loss modules: thin wrappers over ``tapejit.nn.losses`` holding the options (class
-weights are buffers, as in torch, so they appear in ``state_dict``)."""
-from tapejit.nn import losses
+"""Loss modules (torch's ``nn.modules.loss``): thin wrappers over the loss functions of
+``tapejit.nn.loss_functions`` holding the options (class weights are buffers, as in torch,
+so they appear in ``state_dict``)."""
+from tapejit.nn import loss_functions as losses
 from tapejit.nn.module import Module
 
 

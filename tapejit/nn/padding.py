@@ -11,7 +11,8 @@ import numpy as np
 
 from tapejit.recording import name_composite
 from tapejit.nn.module import Module
-from tapejit.ops.movement import INDEX, _gather
+from tapejit.ops.indexing import _gather
+from tapejit.ops.movement import INDEX
 from tapejit.tensor import Tensor, _concrete
 
 _NUMPY_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -101,7 +102,7 @@ def pad(input, pad, mode="constant", value=None):
         return _concrete(np.where(positions < 0, np.asarray(fill).astype(values.dtype), taken))
     if positions.size and positions.min() < 0:
         filler = _concrete(np.full(1, fill, input._dtype.np))
-        from tapejit.ops.movement import cat
+        from tapejit.ops.join import cat
         source = cat([filler, input.reshape(-1)])
         out = _gather(INDEX, source, positions + 1)
     else:

@@ -22,7 +22,7 @@ from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
 from tapejit.ops import rnn as _rnn
 from tapejit.ops.linalg import LINEAR_NO_BIAS
-from tapejit.ops.movement import cat, stack
+from tapejit.ops.join import cat, stack
 from tapejit.recording import eager, on_tape, record
 from tapejit.shapes import numel
 from tapejit.tape import current, state

@@ -329,11 +329,6 @@ def _int_result(t, c):
     return not t._dtype.is_floating_point and isinstance(c, _numbers.Integral)
 
 
-def _scalar_fast(op, t, c):
-    """``tensor op python_float`` on a float tensor: the common case, straight to the tape."""
-    return record_unary(op, t, float(c))
-
-
 def _int64_scalar(name, c):
     """An integer scalar for NumPy's int64 arithmetic.  torch reads one in [2**63, 2**64) as
     uint64 wrapped to a negative int64 (so its ``x < 2**63`` is False) and refuses the rest;
@@ -657,7 +652,7 @@ def _partly_overlapping(a, b):
     same strides.  An exact alias is fine, and so is a tensor that is not dense (torch's
     "too hard": no check)."""
     from tapejit.inplace import _root, root_positions
-    from tapejit.ops.movement import torch_strides
+    from tapejit.ops.views import torch_strides
     if not a._numel or not b._numel:
         return False
     if _root(a) is not _root(b):

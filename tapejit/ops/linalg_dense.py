@@ -675,30 +675,38 @@ EIGH_PART = define_kernel(
 
 
 # ---- torch's functions and Tensor methods outside torch.linalg ---------------------------------
-# The front ends are in tapejit/linalg.py: this module's text is hashed into the compiled
-# sweeps, so an argument check edited there does not recompile them.
+# Their work is done by the front ends of tapejit/linalg.py (shapes, batching, torch's
+# errors), which sits above ops/ and hands them over at import with ``provide``.
 from tapejit.api import export  # noqa: E402
+
+
+class _Above:
+    __slots__ = ("inv", "det", "slogdet", "logdet", "slogdet_result")
+
+
+above = _Above()
+
+
+def provide(**functions):
+    for name, function in functions.items():
+        setattr(above, name, function)
 
 
 @export(method=True)
 def inverse(input):
-    from tapejit.linalg import inv
-    return inv(input)
+    return above.inv(input)
 
 
 @export(method=True)
 def det(input):
-    from tapejit.linalg import _det
-    return _det(input)
+    return above.det(input)
 
 
 @export(method=True)
 def slogdet(input):
-    from tapejit.linalg import _slogdet, slogdet_result
-    return _slogdet(input, slogdet_result)
+    return above.slogdet(input, above.slogdet_result)
 
 
 @export(method=True)
 def logdet(input):
-    from tapejit.linalg import _logdet
-    return _logdet(input)
+    return above.logdet(input)

@@ -552,7 +552,7 @@ def _along(op, x, dim, keepdim, q_value=None, q_flag=0.0, identity=False):
                              f"(input of shape {list(x._shape)}).")
     layout = axis_layout(x._shape, dims)
     if layout is None:
-        from tapejit.ops.movement import permute
+        from tapejit.ops.views import permute
         kept = [d for d in range(len(x._shape)) if d not in dims]
         x = permute(x, kept + list(dims))
         layout = axis_layout(x._shape, tuple(range(len(kept), len(x._shape))))
@@ -658,7 +658,8 @@ def _taken(op, input, d, idx):
     """``input``'s elements at ``idx`` along ``d``, recorded as ``op`` (the gather kernels,
     keeping no operand value: torch's max/min/sort/topk save only the indices, so an
     in-place change of the input after them leaves their gradient valid)."""
-    from tapejit.ops.movement import _gather, _plain
+    from tapejit.ops.indexing import _gather
+    from tapejit.ops.views import _plain
     if not input._shape:
         return input * 1 if input._dtype.is_floating_point else _concrete(input._value().copy())
     idx = np.asarray(idx, np.int64)

@@ -1,5 +1,5 @@
 """Loss functions (``tapejit.nn.functional.mse_loss`` and friends), with PyTorch's
-formulas, reductions and errors.
+formulas, reductions and errors; their modules (``nn.MSELoss``, ...) are in ``loss.py``.
 
 Class weights, ignored targets, label smoothing and probability targets are folded into
 constant NumPy coefficients wherever the targets need no gradient, so a loss adds only a
@@ -17,7 +17,9 @@ from tapejit.recording import name_composite
 from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
-from tapejit.ops.movement import INDEX, _gather, broadcast_tensors, where
+from tapejit.ops.indexing import _gather, where
+from tapejit.ops.movement import INDEX
+from tapejit.ops.views import broadcast_tensors
 from tapejit.ops.special import xlogy
 from tapejit.ops.unary import clamp, relu, softplus
 from tapejit.recording import broadcast_shapes
