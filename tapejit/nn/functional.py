@@ -475,9 +475,10 @@ def _hardtanh(input, min_val, max_val):
     # The value is clamp's; the gradient that of min(x, max) - min clipped at 0 by two relus,
     # so zero at both bounds (relu'(0) = 0) and passed through NaN, as torch's
     # hardtanh_backward.  inner is finite for infinite x, so inner - inner.detach() is an exact
-    # zero; no comparison reads values, so tj.compile can trace it.
+    # zero; no comparison reads values, so tj.compile can trace it.  It is subtracted, not
+    # added: clamp's -0.0 (x = -0.0) minus +0.0 stays -0.0, as torch's value.
     inner = _relu((max_val - min_val) - _relu(max_val - input))
-    return name_composite(clamp(input.detach(), min_val, max_val) + (inner - inner.detach()), "HardtanhBackward0",
+    return name_composite(clamp(input.detach(), min_val, max_val) - (inner.detach() - inner), "HardtanhBackward0",
                           input)
 
 
@@ -593,9 +594,10 @@ def softshrink(input, lambd=0.5):
 
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, else 0: ``x`` times the mask ``sign(relu(|x| - lambd))``,
-    which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's."""
+    which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's.  Adding 0.0 turns
+    the product's -0.0 (negative x inside) into torch's +0.0 and changes no other value."""
     _float_only(input, "hardshrink_cpu")
-    return name_composite(input * _relu(input.abs() - lambd).sign(), "HardshrinkBackward0", input)
+    return name_composite(input * _relu(input.abs() - lambd).sign() + 0.0, "HardshrinkBackward0", input)
 
 
 def tanhshrink(input):
