@@ -424,3 +424,24 @@ def test_hardtanh_accepts_torchs_deprecated_keywords():
     assert (m.min_val, m.max_val) == (-2.0, 0.5)
     assert repr(m) == "Hardtanh(min_val=-2.0, max_val=0.5)"     # torch's
     np.testing.assert_array_equal(m(tj.tensor([-3.0, 0.25, 1.0])).numpy(), [-2.0, 0.25, 0.5])
+
+
+@pytest.mark.parametrize("name, args", [("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)),
+                                        ("hardtanh_", (-0.5, 0.5)), ("threshold_", (0.3, -2.0)), ("celu_", (0.7,)),
+                                        ("selu_", ()), ("rrelu_", ())])
+def test_functional_inplace_names_are_torchs(name, args):
+    """torch.nn.functional.relu_ and the rest: the input written and returned, gradients
+    through it as torch's, a leaf that requires grad refused."""
+    torch = pytest.importorskip("torch")
+    x = [[-1.0, 2.0, 0.5], [3.0, -0.2, 0.1]]
+    results = []
+    for lib in (tj, torch):
+        leaf = lib.tensor(x, requires_grad=True)
+        mid = leaf * 1.0
+        assert getattr(lib.nn.functional, name)(mid, *args) is mid
+        (mid * mid).sum().backward()
+        results.append((mid.detach().numpy(), leaf.grad.numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
+        getattr(F, name)(tj.ones(2, requires_grad=True), *args)

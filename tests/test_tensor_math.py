@@ -118,6 +118,8 @@ COMPOSED = [
     ("diagflat", lambda m, x: m.diagflat(x, -1), [(2, 2)]),
     ("scatter_then_gather", lambda m, x, s: x.scatter(0, m.tensor([[1, 0]]), s).gather(0, m.tensor([[1, 1]])),
      [(2, 2), (1, 2)]),
+    ("addcmul", lambda m, x, a, b: m.addcmul(x, a, b, value=-1.5), [(2, 3), (1, 3), (2, 1)]),
+    ("addcdiv", lambda m, x, a, b: x.addcdiv(a, b * b + 1.0, value=0.5), [(2, 3), (2, 3), (3,)]),
 ]
 
 
@@ -171,6 +173,12 @@ GRAD_FN = [
     ("index_add", lambda m, x: x.index_add(0, m.tensor([0, 0]), x[1:])),
     ("index_copy", lambda m, x: x.index_copy(1, m.tensor([1]), x[:, :1])),
     ("index_fill", lambda m, x: x.index_fill(1, m.tensor([1]), 0.5)),
+    # compositions named as torch's nodes
+    ("addcmul", lambda m, x: m.addcmul(x, x, x)), ("addcdiv", lambda m, x: x.addcdiv(x, x + 1.0, value=2)),
+    ("addmm", lambda m, x: m.addmm(x, x, x, beta=0.5)), ("addmv", lambda m, x: m.addmv(x[0], x, x[1])),
+    ("baddbmm", lambda m, x: m.baddbmm(x, x[None], x[None])), ("outer", lambda m, x: m.outer(x[0], x[1])),
+    ("cross", lambda m, x: m.cross(x, x * x + 1.0, dim=1)), ("cdist", lambda m, x: m.cdist(x, x[:2] * 2)),
+    ("clamp_min", lambda m, x: m.clamp_min(x, 0.3)), ("clamp_max", lambda m, x: x.clamp_max(0.3)),
 ]
 
 
@@ -350,6 +358,10 @@ IN_PLACE = [
     ("triu_", lambda m, x, s: x.triu_(1)),
     ("cumsum_", lambda m, x, s: x.cumsum_(1)),
     ("cumprod_", lambda m, x, s: x.cumprod_(0)),
+    ("square_", lambda m, x, s: x.square_()),
+    ("torch.square_", lambda m, x, s: m.square_(x)),
+    ("addcmul_", lambda m, x, s: x.addcmul_(s, s + 1.0, value=0.5)),
+    ("addcdiv_", lambda m, x, s: x.addcdiv_(s, s * s + 1.0, value=2)),
 ]
 
 

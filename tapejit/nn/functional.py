@@ -768,3 +768,42 @@ def bilinear(input1, input2, weight, bias=None):
 
 
 __all__ += ["bilinear", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle"]
+
+
+# torch.nn.functional's in-place forms: the functions above with inplace=True
+def relu_(input):
+    return relu(input, inplace=True)
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, inplace=True)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def rrelu_(input, lower=1.0 / 8.0, upper=1.0 / 3.0, training=False):
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
+_threshold = threshold
+
+
+def threshold_(input, threshold, value):
+    return _threshold(input, threshold, value, inplace=True)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, inplace=True)
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+__all__ += ["celu_", "elu_", "hardtanh_", "leaky_relu_", "relu_", "rrelu_", "selu_", "threshold_"]
