@@ -954,9 +954,10 @@ def _bitwise(name, fn):
     return bitwise
 
 
-for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                      ("bitwise_xor", np.bitwise_xor)):
-    export(_bitwise(_name, _np_fn), method=True)
+_BITWISE = [_bitwise(_name, _np_fn) for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                                                          ("bitwise_xor", np.bitwise_xor))]
+for _fn in _BITWISE:
+    export(_fn, method=True)
 
 
 @export(method=True)
@@ -965,6 +966,10 @@ def bitwise_not(input):
         raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{_TORCH_SCALAR[input._dtype.name]}'")
     v = input._value()
     return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
+
+
+for _fn in (*_BITWISE, bitwise_not, addmm, addmv, baddbmm):
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)
 
 
 # Tensor methods that are ops, and recording's broadcast view: both modules sit below ops/

@@ -362,6 +362,10 @@ IN_PLACE = [
     ("torch.square_", lambda m, x, s: m.square_(x)),
     ("addcmul_", lambda m, x, s: x.addcmul_(s, s + 1.0, value=0.5)),
     ("addcdiv_", lambda m, x, s: x.addcdiv_(s, s * s + 1.0, value=2)),
+    ("fmod_", lambda m, x, s: x.fmod_(0.75)),
+    ("remainder_", lambda m, x, s: x.remainder_(0.75)),
+    ("addmm_", lambda m, x, s: x.addmm_(s, s.t()[:, :1] + m.ones(1, 3, dtype=x.dtype), beta=0.5, alpha=2)),
+    ("baddbmm_", lambda m, x, s: x.unsqueeze_(0).baddbmm_(s[None], m.ones(1, 1, 3, dtype=x.dtype), alpha=3).squeeze_(0)),
 ]
 
 
@@ -484,3 +488,15 @@ def test_errors_are_torchs(label, fn, fragment):
         with pytest.raises(type(theirs.value)) as ours:
             fn(tj, tj.tensor(a))
     assert fragment in str(ours.value)
+
+
+def test_integer_and_vector_in_place_forms_match_torch():
+    results = []
+    for m in (tj, pytest.importorskip("torch")):
+        i = m.tensor([5, 3, -4])
+        i.bitwise_and_(m.tensor([7, 2, -1])).bitwise_or_(8).bitwise_xor_(1)
+        j = m.tensor([5, -3]).bitwise_not_()
+        k = m.tensor([7.0, -3.0]).floor_divide_(2)
+        v = m.tensor([1.0, 2.0]).addmv_(m.tensor([[1.0, 2.0], [3.0, 4.0]]), m.tensor([0.5, -1.0]), beta=2)
+        results.append((i.tolist(), j.tolist(), k.tolist(), v.tolist(), str(i.dtype).split(".")[-1]))
+    assert results[0] == results[1]

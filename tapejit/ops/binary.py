@@ -632,6 +632,8 @@ export(in_place("mul_", mul), method=True, function=False, dunders=("__imul__",)
 export(in_place("div_", div), method=True, function=False, dunders=("__itruediv__",))
 export(in_place("pow_", pow), method=True, function=False, dunders=("__ipow__",))
 export(in_place("square_", square), method=True, function=False)
+for _fn in (fmod, remainder, floor_divide):
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)
 
 
 @export(method=True)
