@@ -293,6 +293,19 @@ export(_cumulative_("cumprod_", cumprod), method=True, function=False)
 # ---- slices and windows --------------------------------------------------------------------
 
 @export(method=True)
+def select(input, dim, index):
+    """``input[..., index, ...]`` along ``dim`` (torch's node SelectBackward0, as an integer index)."""
+    shape = input._shape
+    if not shape:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = _wrap_dim(dim, len(shape), "select")
+    index = int(index.item() if isinstance(index, Tensor) else index)
+    if not -shape[d] <= index < shape[d]:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(shape)} at dimension {d}")
+    return input[(slice(None),) * d + (index,)]
+
+
+@export(method=True)
 def narrow(input, dim, start, length):
     shape = input._shape
     if not shape:

@@ -167,6 +167,7 @@ GRAD_FN = [
     ("trace", lambda m, x: x.trace()), ("cumsum", lambda m, x: x.cumsum(0)), ("cumprod", lambda m, x: x.cumprod(1)),
     ("take", lambda m, x: x.take(m.tensor([0, 3]))), ("unfold", lambda m, x: x.unfold(1, 2, 1)),
     ("narrow", lambda m, x: x.narrow(0, 1, 1)),
+    ("select", lambda m, x: x.select(1, -1)), ("select_function", lambda m, x: m.select(x, 0, 2)),
     ("scatter", lambda m, x: x.scatter(0, m.tensor([[1, 0, 2]]), x[:1] * 2)),
     ("scatter_value", lambda m, x: x.scatter(0, m.tensor([[1, 0, 2]]), 1.0)),
     ("scatter_add", lambda m, x: x.scatter_add(1, m.tensor([[0], [2], [1]]), x)),
@@ -415,6 +416,7 @@ def test_functions_and_methods_exist_where_torch_has_them():
 # ---- errors: torch's exception types (and wording where it names the fault) --------------------
 
 ERRORS = [
+    ("select_oob", lambda m, x: x.select(1, -5), "select(): index -5 out of range for tensor of size [3, 4] at dimension 1"),
     ("scatter_oob", lambda m, x: x.scatter(1, m.tensor([[0], [1], [5]]), 1.0), "index 5 is out of bounds"),
     ("scatter_neg", lambda m, x: x.scatter(1, m.tensor([[-1], [1], [1]]), 1.0), "index -1 is out of bounds"),
     ("scatter_float_index", lambda m, x: x.scatter(1, m.tensor([[0.0], [1.0], [1.0]]), 1.0), "index"),
