@@ -595,6 +595,40 @@ def randperm(n, dtype=None, device=None, requires_grad=False, generator=None):
     return _leaf(rng().permutation(n).astype(dt.np), requires_grad)
 
 
+@export(method=True)
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """``num_samples`` category indices (int64) per row of the weights ``input`` (1-D or 2-D,
+    not necessarily normalised), with or without replacement; drawn from tapejit's generator
+    (``tj.manual_seed`` repeats them; torch's draws differ)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"multinomial(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
+    if len(input._shape) not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not input._dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}")
+    num_samples = _int_arg(num_samples, "multinomial", "num_samples", 2)
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    weights = np.asarray(input._value(), np.float64).reshape(-1, input._shape[-1])
+    categories = weights.shape[1]
+    if not replacement and num_samples > categories:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    totals = weights.sum(1)
+    if (totals <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and ((weights > 0).sum(1) < num_samples).any():
+        raise RuntimeError("invalid multinomial distribution (with replacement=False, not enough non-negative "
+                           "category to sample)")
+    draw = rng()
+    rows = [draw.choice(categories, num_samples, replace=replacement, p=row / total)
+            for row, total in zip(weights, totals)]
+    samples = np.array(rows, np.int64).reshape(input._shape[:-1] + (num_samples,))
+    return _leaf(samples, False)
+
+
 @export()
 def rand_like(input, dtype=None, device=None, requires_grad=False):
     return rand(*input._shape, dtype=dtype or input._dtype, device=device, requires_grad=requires_grad)

@@ -521,3 +521,24 @@ def test_torch_profiler_api():
     assert {e.key: e.count for e in prof.key_averages()} == {"model_inference": 1, "ones": 1, "relu": 1}
     with pytest.raises(NotImplementedError, match="schedule= is not supported"):
         profile(schedule=lambda step: None)
+
+
+def test_multinomial_draws_and_errors_as_torch():
+    """torch.multinomial: int64 indices per row, with or without replacement, repeatable
+    with tj.manual_seed (tapejit's generator: torch's draws differ), and torch's errors."""
+    torch = pytest.importorskip("torch")
+    tj.manual_seed(0)
+    draws = tj.multinomial(tj.tensor([1.0, 3.0]), 4000, replacement=True)
+    assert draws.dtype == tj.int64 and draws.shape == (4000,)
+    assert abs(draws.double().mean().item() - 0.75) < 0.03
+    tj.manual_seed(0)
+    assert tj.equal(draws, tj.tensor([1.0, 3.0]).multinomial(4000, True))
+    rows = tj.multinomial(tj.tensor([[0.0, 2.0, 1.0], [5.0, 0.0, 1.0]]), 2)
+    assert sorted(rows[0].tolist()) == [1, 2] and sorted(rows[1].tolist()) == [0, 2]   # without replacement
+    for args in [(lambda m: m.tensor([0.2, 0.8]), 3), (lambda m: m.tensor([-0.1, 0.8]), 1),
+                 (lambda m: m.zeros(2), 1), (lambda m: m.ones(2, 2, 2), 1), (lambda m: m.ones(2), 0)]:
+        with pytest.raises(RuntimeError) as theirs:
+            torch.multinomial(args[0](torch), args[1])
+        with pytest.raises(RuntimeError) as ours:
+            tj.multinomial(args[0](tj), args[1])
+        assert str(ours.value) == str(theirs.value)
