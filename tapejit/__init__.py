@@ -13,7 +13,7 @@ from tapejit import tensor_math as _tensor_math  # noqa: F401  (front ends built
 from tapejit import graph as _graph  # noqa: F401  (grad_fn nodes: Tensor.grad_fn)
 from tapejit.api import install as _install, front_end as _front_end
 from tapejit.creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, arange, linspace,
-                              eye, manual_seed, rand, randn, randint, randperm)
+                              eye, manual_seed, rand, randn, randint, randperm, normal, bernoulli)
 from tapejit.grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
                                inference_mode, is_inference_mode_enabled)
 from tapejit import autograd, nn, optim  # noqa: F401

@@ -159,8 +159,26 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kwargs):
     return _fill_random(self, rng().uniform(from_, to, self._shape), "uniform_")
 
 
+def bernoulli_(self, p=0.5, *, generator=None):
+    if isinstance(p, Tensor):
+        probs = np.broadcast_to(p._value(), self._shape)
+    else:
+        if not 0 <= p <= 1:
+            raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
+        probs = p
+    return _fill_random(self, rng().random(self._shape) < probs, "bernoulli_")
+
+
+def exponential_(self, lambd=1.0, *, generator=None):
+    if not self._dtype.is_floating_point:
+        raise dtypes.not_implemented("exponential_cpu", self._dtype)
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
+    return _fill_random(self, rng().exponential(1.0 / lambd, self._shape), "exponential_")
+
+
 _METHODS = {f.__name__: f for f in (unsqueeze_, squeeze_, transpose_, swapdims_, swapaxes_, t_,
-                                    normal_, uniform_)}
+                                    normal_, uniform_, bernoulli_, exponential_)}
 
 # torch's function forms of in-place methods (torch.sin_(x) is x.sin_()).
 _FUNCTION_FORMS = ("abs_", "cos_", "sin_", "tan_", "exp_", "expm1_", "log_", "log1p_", "sqrt_", "rsqrt_",

@@ -595,6 +595,93 @@ def randperm(n, dtype=None, device=None, requires_grad=False, generator=None):
     return _leaf(rng().permutation(n).astype(dt.np), requires_grad)
 
 
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """Draws from N(mean, std): tensor ``mean``/``std`` broadcast against each other, or
+    numbers with ``size``.  As torch's, the draw has no gradient with respect to ``mean``
+    or ``std`` (zeros, not a reparameterisation: ``distributions.Normal.rsample`` has one)."""
+    if not isinstance(mean, Tensor) and not isinstance(std, Tensor):
+        if size is None:
+            raise TypeError(f"normal() received an invalid combination of arguments - got "
+                            f"({type_name(mean)}, {type_name(std)}), but expected one of: (Tensor mean, Tensor std), "
+                            f"(Tensor mean, float std = 1), (float mean, Tensor std), "
+                            f"(float mean, float std, tuple of ints size)")
+        _check_device(device)
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+        dt = _random_dtype(dtype, "normal_kernel_cpu", "normal")
+        return _leaf(rng().normal(mean, std, _shape_arg((size,), "normal")).astype(dt.np), requires_grad)
+    tensors = [t for t in (mean, std) if isinstance(t, Tensor)]
+    dt = tensors[0]._dtype
+    for t in tensors:
+        if not t._dtype.is_floating_point:
+            raise dtypes.not_implemented("normal_kernel_cpu", t._dtype)
+    m = mean._value() if isinstance(mean, Tensor) else mean
+    s = std._value() if isinstance(std, Tensor) else std
+    if isinstance(std, Tensor):
+        if (np.asarray(s) < 0).any():
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+    elif std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+    sample = _concrete(np.asarray(rng().normal(m, s, np.broadcast_shapes(np.shape(m), np.shape(s))), dt.np))
+    differentiable = [t for t in tensors if t._rg]
+    if not differentiable or not _state.grad:
+        return sample
+    # the draw's gradient is zero with respect to mean and std (torch's NormalBackward)
+    for t in differentiable:
+        sample = sample + t * 0.0
+    return sample
+
+
+def bernoulli(input, p=None, *, generator=None):
+    """0/1 draws in ``input``'s dtype with probability ``input`` (or the number ``p``); no
+    gradient flows through them (zeros, as torch's BernoulliBackward)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"bernoulli(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
+    if not input._dtype.is_floating_point:
+        raise dtypes.not_implemented("bernoulli_tensor_cpu_p_" if p is None else "bernoulli_scalar_cpu_",
+                                     input._dtype)
+    probs = input._value() if p is None else np.full(input._shape, float(p))
+    if not ((probs >= 0) & (probs <= 1)).all():
+        raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message "
+                           "be improved?  If so, please report an enhancement request to PyTorch.)")
+    draws = _concrete(np.asarray(rng().random(input._shape) < probs, input._dtype.np))
+    return draws + input * 0.0 if input._rg and _state.grad else draws
+
+
+@export(method=True)
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """``num_samples`` category indices (int64) per row of the weights ``input`` (1-D or 2-D,
+    not necessarily normalised), with or without replacement; drawn from tapejit's generator
+    (``tj.manual_seed`` repeats them; torch's draws differ)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"multinomial(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
+    if len(input._shape) not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not input._dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}")
+    num_samples = _int_arg(num_samples, "multinomial", "num_samples", 2)
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    weights = np.asarray(input._value(), np.float64).reshape(-1, input._shape[-1])
+    categories = weights.shape[1]
+    if not replacement and num_samples > categories:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    totals = weights.sum(1)
+    if (totals <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and ((weights > 0).sum(1) < num_samples).any():
+        raise RuntimeError("invalid multinomial distribution (with replacement=False, not enough non-negative "
+                           "category to sample)")
+    draw = rng()
+    rows = [draw.choice(categories, num_samples, replace=replacement, p=row / total)
+            for row, total in zip(weights, totals)]
+    samples = np.array(rows, np.int64).reshape(input._shape[:-1] + (num_samples,))
+    return _leaf(samples, False)
+
+
 @export()
 def rand_like(input, dtype=None, device=None, requires_grad=False):
     return rand(*input._shape, dtype=dtype or input._dtype, device=device, requires_grad=requires_grad)

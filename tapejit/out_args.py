@@ -24,6 +24,14 @@ FUNCTIONS = (
     "hstack", "vstack", "sum", "mean", "prod", "cumsum", "cumprod", "logsumexp", "where", "lerp", "erf",
     "zeros", "ones", "empty", "arange", "linspace", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
     "logical_or", "logical_not",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "log1p", "log2", "log10",
+    "exp2", "erfc", "erfinv", "lgamma", "digamma", "polygamma", "frac", "square", "logit", "sinc", "xlogy", "hypot",
+    "logaddexp", "nan_to_num", "clamp_min", "clamp_max", "addmv", "addcmul", "addcdiv", "tensordot", "kron",
+    "cross", "inverse", "gather", "index_select", "take", "index_add", "scatter", "scatter_add", "tril", "triu",
+    "diag", "nonzero", "histc", "argmax", "argmin", "amax", "amin", "all", "any", "std", "var", "norm",
+    "softmax", "log_softmax", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    # (values, indices) results: out= is a pair of tensors, as torch's
+    "max", "min", "sort", "topk",
 )
 
 _CREATION = frozenset({"zeros", "ones", "empty", "arange", "linspace"})
@@ -36,6 +44,8 @@ def _category(dt):
 
 def write_out(name, result, out):
     """torch's ``out=``: ``result`` into ``out`` (resized and cast as torch does)."""
+    if isinstance(result, tuple) and isinstance(out, (tuple, list)) and len(out) == len(result):
+        return tuple(write_out(name, part, into) for part, into in zip(result, out))
     if not isinstance(out, Tensor):
         raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
     if not isinstance(result, Tensor):

@@ -24,7 +24,7 @@ from tapejit.ops.indexing import _gather, _index_values
 from tapejit.ops.join import _slice_dim
 from tapejit.ops.views import _plain
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
-                               on_tape, record, result_dtype)
+                               name_composite, on_tape, record, result_dtype)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
 from tapejit.tensor import Tensor, _concrete
@@ -292,6 +292,19 @@ export(_cumulative_("cumprod_", cumprod), method=True, function=False)
 
 
 # ---- slices and windows --------------------------------------------------------------------
+
+@export(method=True)
+def select(input, dim, index):
+    """``input[..., index, ...]`` along ``dim`` (torch's node SelectBackward0, as an integer index)."""
+    shape = input._shape
+    if not shape:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = _wrap_dim(dim, len(shape), "select")
+    index = int(index.item() if isinstance(index, Tensor) else index)
+    if not -shape[d] <= index < shape[d]:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(shape)} at dimension {d}")
+    return input[(slice(None),) * d + (index,)]
+
 
 @export(method=True)
 def narrow(input, dim, start, length):
@@ -741,7 +754,8 @@ def cross(input, other, dim=None):
                            f"Got {input._shape[d]} and {other._shape[d]}")
     a = [narrow(x, d, i, 1) for i in range(3)]
     b = [narrow(y, d, i, 1) for i in range(3)]
-    return _tj().cat([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]], d)
+    return name_composite(_tj().cat([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]],
+                                    d), "LinalgCrossBackward0", input, other)
 
 
 def _scaled_sum(name, input, product, beta, alpha):
@@ -767,7 +781,8 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     if len(mat1._shape) != 2 or len(mat2._shape) != 2:
         raise RuntimeError(f"addmm: mat1 must be a matrix, got {len(mat1._shape)}-D tensor" if len(mat1._shape) != 2
                            else f"addmm: mat2 must be a matrix, got {len(mat2._shape)}-D tensor")
-    return _scaled_sum("addmm", input, _tj().mm(mat1, mat2), beta, alpha)
+    return name_composite(_scaled_sum("addmm", input, _tj().mm(mat1, mat2), beta, alpha), "AddmmBackward0",
+                          input, mat1, mat2)
 
 
 @export(method=True)
@@ -775,7 +790,8 @@ def addmv(input, mat, vec, *, beta=1, alpha=1):
     if len(mat._shape) != 2 or len(vec._shape) != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got {len(input._shape)}, {len(mat._shape)}, "
                            f"{len(vec._shape)}")
-    return _scaled_sum("addmv", input, _tj().mv(mat, vec), beta, alpha)
+    return name_composite(_scaled_sum("addmv", input, _tj().mv(mat, vec), beta, alpha), "AddmvBackward0",
+                          input, mat, vec)
 
 
 @export(method=True)
@@ -786,7 +802,8 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     if batch2._shape[:2] != (b, k):
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "
                            f"[{batch2._shape[0]}, {batch2._shape[1]}].")
-    return _scaled_sum("baddbmm", input, _tj().bmm(batch1, batch2), beta, alpha)
+    return name_composite(_scaled_sum("baddbmm", input, _tj().bmm(batch1, batch2), beta, alpha),
+                          "BaddbmmBackward0", input, batch1, batch2)
 
 
 # ---- grids and distances ---------------------------------------------------------------------
@@ -840,7 +857,7 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     diff = tj.unsqueeze(x1, -2) - tj.unsqueeze(x2, -3)
     if p == 0:
         return (diff != 0).sum(-1).to(diff.dtype) + diff.sum(-1) * 0.0
-    return tj.norm(diff, p if p != float("inf") else "inf", -1)
+    return name_composite(tj.norm(diff, p if p != float("inf") else "inf", -1), "CdistBackward0", x1, x2)
 
 
 # ---- counts, searches and tests (no gradient) --------------------------------------------------
@@ -951,9 +968,10 @@ def _bitwise(name, fn):
     return bitwise
 
 
-for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                      ("bitwise_xor", np.bitwise_xor)):
-    export(_bitwise(_name, _np_fn), method=True)
+_BITWISE = [_bitwise(_name, _np_fn) for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                                                          ("bitwise_xor", np.bitwise_xor))]
+for _fn in _BITWISE:
+    export(_fn, method=True)
 
 
 @export(method=True)
@@ -963,3 +981,6 @@ def bitwise_not(input):
     v = input._value()
     return _concrete(np.logical_not(v) if v.dtype == np.bool_ else np.invert(v))
 
+
+for _fn in (*_BITWISE, bitwise_not, addmm, addmv, baddbmm):
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)

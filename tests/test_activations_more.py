@@ -399,3 +399,49 @@ def test_second_derivatives_match_torch(name):
     jg, = tj.autograd.grad((call(F, jx) ** 2).sum(), jx, create_graph=True)
     jh, = tj.autograd.grad((jg * jg).sum(), jx)
     np.testing.assert_allclose(jh.numpy(), th.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_signed_zero_values_are_torchs():
+    """torch's hardshrink gives +0.0 inside [-lambd, lambd] (x * mask gave -0.0 for negative
+    x); its hardtanh/relu6 keep x = -0.0 as -0.0 (clamp's value)."""
+    torch = pytest.importorskip("torch")
+    x = [-0.3, 0.3, -0.0, 0.0, -0.6, -3.0, 7.0]
+    for name, call in [("hardshrink", lambda f, t: f.hardshrink(t)), ("hardtanh", lambda f, t: f.hardtanh(t)),
+                       ("relu6", lambda f, t: f.relu6(t))]:
+        got = call(F, tj.tensor(x, requires_grad=True)).detach().numpy()
+        want = call(torch.nn.functional, torch.tensor(x, requires_grad=True)).detach().numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+
+
+def test_hardtanh_accepts_torchs_deprecated_keywords():
+    """torch's Hardtanh(min_value=, max_value=) (pre-1.0 names): the bounds, with its FutureWarning."""
+    with pytest.warns(FutureWarning) as caught:
+        m = tj.nn.Hardtanh(min_value=-2.0, max_value=0.5)
+    assert [str(w.message) for w in caught] == [
+        "keyword argument `min_value` is deprecated and renamed to `min_val`",
+        "keyword argument `max_value` is deprecated and renamed to `max_val`"]
+    assert (m.min_val, m.max_val) == (-2.0, 0.5)
+    assert repr(m) == "Hardtanh(min_val=-2.0, max_val=0.5)"     # torch's
+    np.testing.assert_array_equal(m(tj.tensor([-3.0, 0.25, 1.0])).numpy(), [-2.0, 0.25, 0.5])
+
+
+@pytest.mark.parametrize("name, args", [("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)),
+                                        ("hardtanh_", (-0.5, 0.5)), ("threshold_", (0.3, -2.0)), ("celu_", (0.7,)),
+                                        ("selu_", ()), ("rrelu_", ())])
+def test_functional_inplace_names_are_torchs(name, args):
+    """torch.nn.functional.relu_ and the rest: the input written and returned, gradients
+    through it as torch's, a leaf that requires grad refused."""
+    torch = pytest.importorskip("torch")
+    x = [[-1.0, 2.0, 0.5], [3.0, -0.2, 0.1]]
+    results = []
+    for lib in (tj, torch):
+        leaf = lib.tensor(x, requires_grad=True)
+        mid = leaf * 1.0
+        assert getattr(lib.nn.functional, name)(mid, *args) is mid
+        (mid * mid).sum().backward()
+        results.append((mid.detach().numpy(), leaf.grad.numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
+        getattr(F, name)(tj.ones(2, requires_grad=True), *args)

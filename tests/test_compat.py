@@ -535,3 +535,49 @@ def test_torch_profiler_api():
     assert {e.key: e.count for e in prof.key_averages()} == {"model_inference": 1, "ones": 1, "relu": 1}
     with pytest.raises(NotImplementedError, match="schedule= is not supported"):
         profile(schedule=lambda step: None)
+
+
+def test_multinomial_draws_and_errors_as_torch():
+    """torch.multinomial: int64 indices per row, with or without replacement, repeatable
+    with tj.manual_seed (tapejit's generator: torch's draws differ), and torch's errors."""
+    torch = pytest.importorskip("torch")
+    tj.manual_seed(0)
+    draws = tj.multinomial(tj.tensor([1.0, 3.0]), 4000, replacement=True)
+    assert draws.dtype == tj.int64 and draws.shape == (4000,)
+    assert abs(draws.double().mean().item() - 0.75) < 0.03
+    tj.manual_seed(0)
+    assert tj.equal(draws, tj.tensor([1.0, 3.0]).multinomial(4000, True))
+    rows = tj.multinomial(tj.tensor([[0.0, 2.0, 1.0], [5.0, 0.0, 1.0]]), 2)
+    assert sorted(rows[0].tolist()) == [1, 2] and sorted(rows[1].tolist()) == [0, 2]   # without replacement
+    for args in [(lambda m: m.tensor([0.2, 0.8]), 3), (lambda m: m.tensor([-0.1, 0.8]), 1),
+                 (lambda m: m.zeros(2), 1), (lambda m: m.ones(2, 2, 2), 1), (lambda m: m.ones(2), 0)]:
+        with pytest.raises(RuntimeError) as theirs:
+            torch.multinomial(args[0](torch), args[1])
+        with pytest.raises(RuntimeError) as ours:
+            tj.multinomial(args[0](tj), args[1])
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_normal_bernoulli_and_random_fills_as_torch():
+    """torch.normal's overloads, torch.bernoulli, Tensor.bernoulli_/exponential_: shapes,
+    dtypes, zero gradients to the parameters (torch's), sample moments and torch's errors."""
+    torch = pytest.importorskip("torch")
+    tj.manual_seed(0)
+    assert tj.normal(tj.zeros(2, 1), tj.ones(3)).shape == (2, 3)
+    assert tj.normal(2.0, 3.0, (4, 5)).shape == (4, 5)
+    assert abs(tj.normal(2.0, 3.0, size=(20000,)).std().item() - 3.0) < 0.1
+    mean = tj.zeros(3, requires_grad=True)
+    tj.normal(mean, 1.0).sum().backward()
+    assert mean.grad.tolist() == [0.0, 0.0, 0.0]
+    assert abs(tj.bernoulli(tj.full((20000,), 0.3)).mean().item() - 0.3) < 0.02
+    assert abs(tj.zeros(20000).bernoulli_(0.7).mean().item() - 0.7) < 0.02
+    assert abs(tj.zeros(20000, dtype=tj.float64).exponential_(2.0).mean().item() - 0.5) < 0.02
+    assert tj.zeros(3).bernoulli_(tj.tensor([0.0, 1.0, 1.0])).tolist() == [0.0, 1.0, 1.0]
+    for call in [lambda m: m.normal(m.zeros(2), -1.0), lambda m: m.normal(0.0, -1.0, (2,)),
+                 lambda m: m.normal(m.zeros(2), m.tensor([1.0, -1.0])), lambda m: m.bernoulli(m.tensor([1.5])),
+                 lambda m: m.ones(2).bernoulli_(1.5), lambda m: m.ones(2).exponential_(-1.0)]:
+        with pytest.raises(RuntimeError) as theirs:
+            call(torch)
+        with pytest.raises(RuntimeError) as ours:
+            call(tj)
+        assert str(ours.value) == str(theirs.value)

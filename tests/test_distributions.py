@@ -451,3 +451,15 @@ def test_tj_compile_refuses_validation_and_replays_without_it():
         mu = tj.tensor([0.1 + shift, 0.2], requires_grad=True)
         unvalidated(mu).backward()
         np.testing.assert_allclose(mu.grad.numpy(), y.numpy() - mu.detach().numpy(), rtol=1e-6)
+
+
+def test_parameters_of_the_full_shape_are_kept_as_given():
+    """torch's broadcast_all returns a tensor already of the broadcast shape itself: a leaf
+    loc's Normal(loc, scale).mean is loc (no ExpandBackward0), as Bernoulli's probs."""
+    loc, scale = tj.zeros(3, requires_grad=True), tj.ones(3, requires_grad=True)
+    normal = tj.distributions.Normal(loc, scale)
+    assert normal.mean is loc and normal.stddev is scale and normal.mean.grad_fn is None
+    probs = tj.tensor([0.2, 0.7], requires_grad=True)
+    assert tj.distributions.Bernoulli(probs=probs).mean is probs
+    wide = tj.distributions.Normal(loc, tj.ones(2, 1))
+    assert wide.mean.shape == (2, 3) and wide.mean.grad_fn.name() == "ExpandBackward0"   # torch's

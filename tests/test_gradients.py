@@ -78,6 +78,7 @@ LAST_OP = {
     "max_all-min": "min_all",
     "mm-mv": "mv",
     "mm-dot": "dot",
+    "mm-outer": "mul",                 # torch's outer is a broadcast multiply (its node named so)
     "bmm-matmul_3d2d": "mm",           # (B, m, k) @ (k, n) folds the batch into one mm
     "linear-linear_3d": "reshape",     # the 2-D product viewed back to the batch shape
     "linear-linear_vec": "reshape",
@@ -92,7 +93,6 @@ LAST_OP = {
 # (tapejit records one fused op instead), so the grad_fn names cannot be compared.
 TORCH_DECOMPOSES = {
     "mm-vm": "torch.matmul(vector, matrix) ends in SqueezeBackward4 (unsqueeze, mm, squeeze)",
-    "mm-outer": "torch.outer is a broadcast multiply (MulBackward0)",
     "bmm-matmul_bcast": "torch.matmul with broadcast batch dims ends in UnsafeViewBackward0",
     "bmm-matmul_3d2d": "torch.matmul(3-D, 2-D) folds into mm and ends in UnsafeViewBackward0",
     "bmm-matmul_2d3d": "torch.matmul(2-D, 3-D) expands/clones the 2-D operand (CloneBackward0)",

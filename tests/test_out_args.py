@@ -38,6 +38,13 @@ def _both(call, out_shape, out_dtype="float32"):
     (lambda lib, out: lib.arange(5, out=out), (5,)),
     (lambda lib, out: lib.gt(lib.tensor([1.0, 3.0]), 2.0, out=out), (2,)),
     (lambda lib, out: lib.where(lib.tensor([True, False]), lib.ones(2), lib.zeros(2), out=out), (2,)),
+    # one of each kind added with issue 17's audit: math, a gather, a reduction, a matrix op
+    (lambda lib, out: lib.atan2(lib.tensor([1.0, -2.0]), lib.tensor([3.0, 0.5]), out=out), (2,)),
+    (lambda lib, out: lib.gather(lib.tensor([[1.0, 2.0], [3.0, 4.0]]), 1, lib.tensor([[1], [0]]), out=out), (0,)),
+    (lambda lib, out: lib.std(lib.tensor([[1.0, 2.0, 4.0], [3.0, 4.0, 7.0]]), 1, out=out), (2,)),
+    (lambda lib, out: lib.addcmul(lib.ones(2), lib.tensor([1.0, 2.0]), lib.tensor([3.0, 4.0]), value=0.5, out=out),
+     (2,)),
+    (lambda lib, out: lib.tril(lib.ones(2, 3), out=out), (2, 3)),
 ])
 def test_out_matches_torch(call, out_shape):
     expected, got = _both(call, out_shape)
@@ -73,3 +80,17 @@ def test_out_aliasing_an_input():
     a = tj.tensor([1.0, 2.0])
     tj.add(a, a, out=a)
     np.testing.assert_array_equal(a.numpy(), [2.0, 4.0])
+
+
+def test_out_pair_for_values_and_indices():
+    """max/min/sort/topk with a dim take out=(values, indices), as torch's."""
+    x = [[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]]
+    results = []
+    for lib in (torch, tj):
+        values, indices = lib.empty(0), lib.empty(0, dtype=lib.int64)
+        returned = lib.max(lib.tensor(x), 1, out=(values, indices))
+        assert returned[0] is values and returned[1] is indices
+        sorted_values, sorted_indices = lib.zeros(2, 3), lib.zeros(2, 3, dtype=lib.int64)
+        lib.sort(lib.tensor(x), 1, descending=True, out=(sorted_values, sorted_indices))
+        results.append((values.tolist(), indices.tolist(), sorted_values.tolist(), sorted_indices.tolist()))
+    assert results[1] == results[0]

@@ -118,6 +118,8 @@ COMPOSED = [
     ("diagflat", lambda m, x: m.diagflat(x, -1), [(2, 2)]),
     ("scatter_then_gather", lambda m, x, s: x.scatter(0, m.tensor([[1, 0]]), s).gather(0, m.tensor([[1, 1]])),
      [(2, 2), (1, 2)]),
+    ("addcmul", lambda m, x, a, b: m.addcmul(x, a, b, value=-1.5), [(2, 3), (1, 3), (2, 1)]),
+    ("addcdiv", lambda m, x, a, b: x.addcdiv(a, b * b + 1.0, value=0.5), [(2, 3), (2, 3), (3,)]),
 ]
 
 
@@ -165,12 +167,19 @@ GRAD_FN = [
     ("trace", lambda m, x: x.trace()), ("cumsum", lambda m, x: x.cumsum(0)), ("cumprod", lambda m, x: x.cumprod(1)),
     ("take", lambda m, x: x.take(m.tensor([0, 3]))), ("unfold", lambda m, x: x.unfold(1, 2, 1)),
     ("narrow", lambda m, x: x.narrow(0, 1, 1)),
+    ("select", lambda m, x: x.select(1, -1)), ("select_function", lambda m, x: m.select(x, 0, 2)),
     ("scatter", lambda m, x: x.scatter(0, m.tensor([[1, 0, 2]]), x[:1] * 2)),
     ("scatter_value", lambda m, x: x.scatter(0, m.tensor([[1, 0, 2]]), 1.0)),
     ("scatter_add", lambda m, x: x.scatter_add(1, m.tensor([[0], [2], [1]]), x)),
     ("index_add", lambda m, x: x.index_add(0, m.tensor([0, 0]), x[1:])),
     ("index_copy", lambda m, x: x.index_copy(1, m.tensor([1]), x[:, :1])),
     ("index_fill", lambda m, x: x.index_fill(1, m.tensor([1]), 0.5)),
+    # compositions named as torch's nodes
+    ("addcmul", lambda m, x: m.addcmul(x, x, x)), ("addcdiv", lambda m, x: x.addcdiv(x, x + 1.0, value=2)),
+    ("addmm", lambda m, x: m.addmm(x, x, x, beta=0.5)), ("addmv", lambda m, x: m.addmv(x[0], x, x[1])),
+    ("baddbmm", lambda m, x: m.baddbmm(x, x[None], x[None])), ("outer", lambda m, x: m.outer(x[0], x[1])),
+    ("cross", lambda m, x: m.cross(x, x * x + 1.0, dim=1)), ("cdist", lambda m, x: m.cdist(x, x[:2] * 2)),
+    ("clamp_min", lambda m, x: m.clamp_min(x, 0.3)), ("clamp_max", lambda m, x: x.clamp_max(0.3)),
 ]
 
 
@@ -350,6 +359,14 @@ IN_PLACE = [
     ("triu_", lambda m, x, s: x.triu_(1)),
     ("cumsum_", lambda m, x, s: x.cumsum_(1)),
     ("cumprod_", lambda m, x, s: x.cumprod_(0)),
+    ("square_", lambda m, x, s: x.square_()),
+    ("torch.square_", lambda m, x, s: m.square_(x)),
+    ("addcmul_", lambda m, x, s: x.addcmul_(s, s + 1.0, value=0.5)),
+    ("addcdiv_", lambda m, x, s: x.addcdiv_(s, s * s + 1.0, value=2)),
+    ("fmod_", lambda m, x, s: x.fmod_(0.75)),
+    ("remainder_", lambda m, x, s: x.remainder_(0.75)),
+    ("addmm_", lambda m, x, s: x.addmm_(s, s.t()[:, :1] + m.ones(1, 3, dtype=x.dtype), beta=0.5, alpha=2)),
+    ("baddbmm_", lambda m, x, s: x.unsqueeze_(0).baddbmm_(s[None], m.ones(1, 1, 3, dtype=x.dtype), alpha=3).squeeze_(0)),
 ]
 
 
@@ -399,6 +416,7 @@ def test_functions_and_methods_exist_where_torch_has_them():
 # ---- errors: torch's exception types (and wording where it names the fault) --------------------
 
 ERRORS = [
+    ("select_oob", lambda m, x: x.select(1, -5), "select(): index -5 out of range for tensor of size [3, 4] at dimension 1"),
     ("scatter_oob", lambda m, x: x.scatter(1, m.tensor([[0], [1], [5]]), 1.0), "index 5 is out of bounds"),
     ("scatter_neg", lambda m, x: x.scatter(1, m.tensor([[-1], [1], [1]]), 1.0), "index -1 is out of bounds"),
     ("scatter_float_index", lambda m, x: x.scatter(1, m.tensor([[0.0], [1.0], [1.0]]), 1.0), "index"),
@@ -472,3 +490,15 @@ def test_errors_are_torchs(label, fn, fragment):
         with pytest.raises(type(theirs.value)) as ours:
             fn(tj, tj.tensor(a))
     assert fragment in str(ours.value)
+
+
+def test_integer_and_vector_in_place_forms_match_torch():
+    results = []
+    for m in (tj, pytest.importorskip("torch")):
+        i = m.tensor([5, 3, -4])
+        i.bitwise_and_(m.tensor([7, 2, -1])).bitwise_or_(8).bitwise_xor_(1)
+        j = m.tensor([5, -3]).bitwise_not_()
+        k = m.tensor([7.0, -3.0]).floor_divide_(2)
+        v = m.tensor([1.0, 2.0]).addmv_(m.tensor([[1.0, 2.0], [3.0, 4.0]]), m.tensor([0.5, -1.0]), beta=2)
+        results.append((i.tolist(), j.tolist(), k.tolist(), v.tolist(), str(i.dtype).split(".")[-1]))
+    assert results[0] == results[1]

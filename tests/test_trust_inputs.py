@@ -422,7 +422,9 @@ _SPECIAL = {   # front ends whose arguments need more than their names
     "repeat_interleave": {"input": "L.tensor([1, 2])"},
     "cross": {"self": "L.ones(2, 3)", "input": "L.ones(2, 3)", "other": "L.ones(2, 3)", "dim": "1"},
     "index_fill": {"index": "L.tensor([1, 0])"}, "index_fill_": {"index": "L.tensor([1, 0])"},
-    "scatter": {"src": _X}, "scatter_": {"src": _X},
+    "scatter": {"src": _X}, "scatter_": {"src": _X}, "select": {"index": "1"},
+    "bitwise_and_": {"self": _I, "other": _I}, "bitwise_or_": {"self": _I, "other": _I},
+    "bitwise_xor_": {"self": _I, "other": _I}, "bitwise_not_": {"self": _I},
 }
 # torch's Python-level functions, which fail on a non-tensor with an AttributeError
 _TORCH_ATTRIBUTE_ERROR = {"split", "norm"}

@@ -18,6 +18,7 @@ from tapejit import autograd as _autograd, creation as _creation, dtypes as _dty
 from tapejit import linalg as _linalg, nn as _nn
 from tapejit.api import Names, front_ends
 from tapejit.distributions import constraints
+from tapejit.recording import broadcast_shapes
 from tapejit.tape import state
 from tapejit.tensor import Size, Tensor
 
@@ -67,7 +68,12 @@ def broadcast_all(*values):
         return tuple(tj.tensor(float(v), dtype=dt) for v in values)
     dt = tensors[0].dtype if tensors[0].is_floating_point() else tj.get_default_dtype()
     values = [v if isinstance(v, tj.Tensor) else tj.tensor(float(v), dtype=dt) for v in values]
-    return tuple(tj.broadcast_tensors(*values))
+    shape = ()
+    for v in values:
+        shape = broadcast_shapes("broadcast_tensors", shape, v.shape)
+    # as torch.broadcast_tensors: a tensor of the full shape is returned itself (a leaf's
+    # Normal(loc, scale).mean is loc, no ExpandBackward0 node)
+    return tuple(v if v.shape == shape else v.expand(shape) for v in values)
 
 
 def clamp_probs(probs):

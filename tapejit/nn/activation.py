@@ -2,6 +2,8 @@
 ``Hardsigmoid``, ``Hardswish``, ``LogSigmoid``, ``Softsign``, ``Mish``, ``SELU``, ``CELU``,
 ``PReLU``, ``GLU``, ``Softshrink``, ``Hardshrink``, ``Tanhshrink``, ``Threshold``, ``RReLU``,
 ``Softmin``, ``Softmax2d`` and ``AlphaDropout``, with torch's constructors and ``repr``."""
+import warnings
+
 from tapejit.creation import empty
 from tapejit.nn import functional as F
 from tapejit.nn import init
@@ -15,8 +17,17 @@ def _inplace_text(inplace):
 
 
 class Hardtanh(Module):
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None, max_value=None):
         super().__init__()
+        # torch still accepts its pre-1.0 keyword names, with a FutureWarning
+        if min_value is not None:
+            warnings.warn("keyword argument `min_value` is deprecated and renamed to `min_val`",
+                          FutureWarning, stacklevel=2)
+            min_val = min_value
+        if max_value is not None:
+            warnings.warn("keyword argument `max_value` is deprecated and renamed to `max_val`",
+                          FutureWarning, stacklevel=2)
+            max_val = max_value
         self.min_val = min_val
         self.max_val = max_val
         self.inplace = inplace

@@ -480,9 +480,10 @@ def _hardtanh(input, min_val, max_val):
     # The value is clamp's; the gradient that of min(x, max) - min clipped at 0 by two relus,
     # so zero at both bounds (relu'(0) = 0) and passed through NaN, as torch's
     # hardtanh_backward.  inner is finite for infinite x, so inner - inner.detach() is an exact
-    # zero; no comparison reads values, so tj.compile can trace it.
+    # zero; no comparison reads values, so tj.compile can trace it.  It is subtracted, not
+    # added: clamp's -0.0 (x = -0.0) minus +0.0 stays -0.0, as torch's value.
     inner = _relu((max_val - min_val) - _relu(max_val - input))
-    return name_composite(clamp(input.detach(), min_val, max_val) + (inner - inner.detach()), "HardtanhBackward0",
+    return name_composite(clamp(input.detach(), min_val, max_val) - (inner.detach() - inner), "HardtanhBackward0",
                           input)
 
 
@@ -598,9 +599,10 @@ def softshrink(input, lambd=0.5):
 
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, else 0: ``x`` times the mask ``sign(relu(|x| - lambd))``,
-    which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's."""
+    which has no gradient, so the gradient is 0 at ``+-lambd`` as torch's.  Adding 0.0 turns
+    the product's -0.0 (negative x inside) into torch's +0.0 and changes no other value."""
     _float_only(input, "hardshrink_cpu")
-    return name_composite(input * _relu(input.abs() - lambd).sign(), "HardshrinkBackward0", input)
+    return name_composite(input * _relu(input.abs() - lambd).sign() + 0.0, "HardshrinkBackward0", input)
 
 
 def tanhshrink(input):
@@ -771,3 +773,42 @@ def bilinear(input1, input2, weight, bias=None):
 
 
 __all__ += ["bilinear", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle"]
+
+
+# torch.nn.functional's in-place forms: the functions above with inplace=True
+def relu_(input):
+    return relu(input, inplace=True)
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, inplace=True)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def rrelu_(input, lower=1.0 / 8.0, upper=1.0 / 3.0, training=False):
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
+_threshold = threshold
+
+
+def threshold_(input, threshold, value):
+    return _threshold(input, threshold, value, inplace=True)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, inplace=True)
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+__all__ += ["celu_", "elu_", "hardtanh_", "leaky_relu_", "relu_", "rrelu_", "selu_", "threshold_"]

@@ -299,7 +299,7 @@ from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export, is_operand  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
 from tapejit.ops import unary as _u  # noqa: E402
-from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype  # noqa: E402
+from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype, name_composite  # noqa: E402
 from tapejit.registry import same_kernels as _same  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 from tapejit.tape import state as _state  # noqa: E402
@@ -626,6 +626,34 @@ export(in_place("sub_", sub), method=True, function=False, dunders=("__isub__",)
 export(in_place("mul_", mul), method=True, function=False, dunders=("__imul__",))
 export(in_place("div_", div), method=True, function=False, dunders=("__itruediv__",))
 export(in_place("pow_", pow), method=True, function=False, dunders=("__ipow__",))
+export(in_place("square_", square), method=True, function=False)
+for _fn in (fmod, remainder, floor_divide):
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)
+
+
+@export(method=True)
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 * tensor2``, rounded in torch's order (node AddcmulBackward0)."""
+    product = mul(mul(tensor1, value) if value != 1 else tensor1, tensor2)
+    return name_composite(add(input, product), "AddcmulBackward0", input, tensor1, tensor2)
+
+
+@export(method=True)
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 / tensor2``, rounded in torch's order (node AddcdivBackward0)."""
+    if all(isinstance(t, Tensor) and not t._dtype.is_floating_point for t in (tensor1, tensor2)):
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future  release addcdiv "
+                           "will perform a true division of tensor1 and tensor2. The historic addcdiv behavior can "
+                           "be implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+                           "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
+                           "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
+                           "for all dtypes.")
+    quotient = div(mul(tensor1, value) if value != 1 else tensor1, tensor2)
+    return name_composite(add(input, quotient), "AddcdivBackward0", input, tensor1, tensor2)
+
+
+export(in_place("addcmul_", addcmul), method=True, function=False)
+export(in_place("addcdiv_", addcdiv), method=True, function=False)
 
 
 @export(method=True, function=False)

@@ -114,7 +114,7 @@ LINEAR_NO_BIAS = same_kernels(
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
-from tapejit.recording import on_tape, eager, encode_operand  # noqa: E402
+from tapejit.recording import on_tape, eager, encode_operand, name_composite  # noqa: E402
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -248,7 +248,9 @@ def outer(input, vec2):
     x, y, dt = _prepare(input, vec2)
     if len(x._shape) != 1 or len(y._shape) != 1:
         raise RuntimeError("outer: expected 1D tensors")
-    return _bmm(MM, x, y, 1, x._shape[0], 1, y._shape[0], (x._shape[0], y._shape[0]))
+    # torch's outer is a broadcast product (node MulBackward0)
+    return name_composite(_bmm(MM, x, y, 1, x._shape[0], 1, y._shape[0], (x._shape[0], y._shape[0])),
+                          "MulBackward0", input, vec2)
 
 
 export(outer, name="ger", method=True)

@@ -515,7 +515,7 @@ import numpy as _np  # noqa: E402
 
 from tapejit.api import argument_error, export  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
-from tapejit.recording import record_unary  # noqa: E402
+from tapejit.recording import record_unary, name_composite  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
 
@@ -581,12 +581,15 @@ def clamp_(input, min=None, max=None):
 
 @export(method=True)
 def clamp_min(input, min):
-    return clamp(input, min=min)
+    out = clamp(input, min=min)
+    # torch's node for a number bound (a tensor bound's record is already ClampMinBackward1)
+    return out if hasattr(min, "_shape") else name_composite(out, "ClampMinBackward0", input)
 
 
 @export(method=True)
 def clamp_max(input, max):
-    return clamp(input, max=max)
+    out = clamp(input, max=max)
+    return out if hasattr(max, "_shape") else name_composite(out, "ClampMaxBackward0", input)
 
 
 @export(method=True, function=False)
