@@ -86,6 +86,7 @@ import numpy as np
 
 from tapejit import dtypes
 from tapejit import numpy_interop as _interop
+from tapejit.ops.movement import CLONE as _COPY, _copy_range, _plain
 from tapejit.tape import state as _state
 from tapejit.tensor import Tensor, _concrete
 
@@ -461,6 +462,8 @@ class TracedArray:
             if kind is slice:
                 step = key.step
                 if t._shape and (step is None or type(step) is int and step > 0):
+                    if (step is None or step == 1) and not _plain(t):
+                        return _view(self, _row_range(t, key))
                     return _view(self, t[key])
             elif kind is int:
                 if len(t._shape) > 1:
@@ -603,6 +606,17 @@ def _ufunc_method(ufunc):
     method.__doc__ = (f"numpy.{ufunc.__name__}(self): the method NumPy's loops over object arrays "
                       f"call on each element (np.array([x, 2 * x]) is one).")
     return method
+
+
+def _row_range(t, key):
+    """``t[a:b]`` as a copy of that range of rows: traced arrays are never written in
+    place (``_inplace`` rebinds), so the tensor needs none of a torch view's bookkeeping
+    (the hot path of ``x[1:] - x[:-1]``)."""
+    n0 = t._shape[0]
+    lo, hi, _ = key.indices(n0)
+    rows = hi - lo if hi > lo else 0
+    inner = t._numel // n0 if n0 else 0
+    return _copy_range(_COPY, t, lo * inner if rows else 0, rows * inner, (rows,) + t._shape[1:])
 
 
 def _wrap(t):
