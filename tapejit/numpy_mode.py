@@ -2383,6 +2383,7 @@ def _refuse_complex(name):
         raise TypeError(f"tapejit: {name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): the "
                         f"eigenvalues of a general real matrix are complex, and NumPy mode has no complex "
                         f"numbers. For a symmetric matrix use numpy.linalg.eigh or eigvalsh")
+    refuse.refused = True   # not one of supported_functions()
     return refuse
 
 
@@ -2391,6 +2392,32 @@ implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 
 del _fn, _handler
 
+
+
+def supported_functions():
+    """The public names of the NumPy and SciPy functions NumPy mode computes on traced
+    arrays (``numpy.sum``, ``numpy.linalg.svd``, ``numpy.sin``, ``scipy.special.logsumexp``,
+    ``scipy.stats.norm.logpdf``, ...), sorted: the function table, the ufuncs (integer and
+    boolean ones give values, no gradient), SciPy's ufuncs and the SciPy functions NumPy mode
+    intercepts.  Any other function given a traced array raises a TypeError naming it."""
+    names = set()
+    for func, handler in _FUNCTIONS.items():
+        if getattr(handler, "refused", False):
+            continue
+        module = getattr(func, "__module__", None) or "numpy"
+        names.add(f"numpy.linalg.{func.__name__}" if module == "numpy.linalg" else f"numpy.{func.__name__}")
+    ufuncs = [*_FLOAT_OPS, *_BINARY_FLOAT, *_UNARY_FLOAT, *_STEP, *_VALUE_ONLY, *_COMPARE,
+              np.remainder, np.fmod, np.floor_divide, np.divmod, np.sign]
+    try:
+        import scipy.special   # noqa: F401  (only to list its ufuncs)
+    except ImportError:
+        pass
+    else:
+        ufuncs += list(_scipy_ufuncs())
+        names.update(SCIPY_FUNCTIONS, SCIPY_METHODS)
+        names.add("scipy.special.digamma")   # SciPy's other name of psi
+    names.update(_ufunc_name(u) for u in ufuncs)
+    return sorted(names)
 
 # ---- SciPy's Python-level functions ----------------------------------------------------------
 #
@@ -2593,7 +2620,7 @@ def _intercept_method(cls, method, impl):
     with a traced argument to ``impl`` and every other one to the inherited SciPy method, so
     ``scipy.stats.norm`` (and a frozen ``norm(loc, scale)``) dispatch however they were
     imported.  A method the class defines itself is left alone."""
-    if not isinstance(cls, type) or method in cls.__dict__:
+    if cls is type(None) or method in cls.__dict__ or not callable(getattr(cls, method, None)):
         return
     inherited = getattr(cls, method)
 
