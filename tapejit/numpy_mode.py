@@ -2393,7 +2393,6 @@ implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 del _fn, _handler
 
 
-
 def supported_functions():
     """The public names of the NumPy and SciPy functions NumPy mode computes on traced
     arrays (``numpy.sum``, ``numpy.linalg.svd``, ``numpy.sin``, ``scipy.special.logsumexp``,
@@ -2418,6 +2417,7 @@ def supported_functions():
         names.add("scipy.special.digamma")   # SciPy's other name of psi
     names.update(_ufunc_name(u) for u in ufuncs)
     return sorted(names)
+
 
 # ---- SciPy's Python-level functions ----------------------------------------------------------
 #
@@ -2602,8 +2602,7 @@ def _intercept_function(f, impl, arrays):
 
     def dispatch(*args):
         for i in positions:
-            a = args[i]
-            if type(a) is TracedArray or type(a) is not np.ndarray and _contains_traced(a):
+            if _contains_traced(args[i]):   # a traced array, or a list/object array holding one
                 return impl(*args)
         return original(*args)
 

@@ -125,6 +125,9 @@ CASES = {
     "logsumexp traced b return_sign": (
         lambda x: np.sum(np.prod(sp.logsumexp(W23, axis=(0, 1), b=x - 1.0, return_sign=True), axis=0)),
         (2, 3), 0.2, 2),
+    "logsumexp/softmax of packed traced values": (
+        lambda x: sp.logsumexp(np.array([x[0, 0], 2 * x[1, 2]])) + np.sum(sp.softmax([x[0, 1], x[1, 1]]) * W3[:2]),
+        (2, 3), -1, 1),
     "softmax": (lambda x: np.sum(sp.softmax(x, axis=1) * W23) + np.sum(sp.softmax(x) ** 2), (2, 3), -1, 1),
     "log_softmax": (lambda x: np.sum(sp.log_softmax(x, axis=0) * W23) + sp.log_softmax(x)[0, 1], (2, 3), -1, 1),
     "norm.logpdf loc/scale broadcast": (
