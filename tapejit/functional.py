@@ -72,6 +72,8 @@ def _outer_value(x):
 def _leaf(value, name, i):
     """Argument ``i`` as a float leaf that requires grad; ints become float64 (as NumPy's
     true division would), float32 stays float32."""
+    if _np_mode._scipy_waiting:   # every differentiation entry makes its leaves here
+        _np_mode.intercept_scipy()
     if type(value) is np.ndarray and value.dtype in _FLOAT_KINDS:
         return _concrete(value if value.flags.c_contiguous else value.copy(), rg=True)
     if isinstance(value, Tensor):

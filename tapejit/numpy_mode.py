@@ -77,9 +77,12 @@ tapejit's torch-style functions take tensors: ``to_tensor(x)`` is the tensor a t
 array holds (same graph), ``from_tensor(t)`` wraps a tensor back; ``f`` may also return
 a tensor.
 """
+import functools
+import inspect
 import numbers
 import operator
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -87,6 +90,8 @@ import numpy as np
 from tapejit import dtypes, linalg as _linalg, special as _special
 from tapejit import numpy_interop as _interop
 from tapejit.api import Names, front_ends
+from tapejit.ops.movement import CLONE as _COPY
+from tapejit.ops.views import _copy_range, _plain
 from tapejit.tape import state as _state
 from tapejit.tensor import Tensor, _concrete
 
@@ -218,6 +223,9 @@ class TracedArray:
         if want is not None and want != object:
             raise _read_error(f"converting a traced array to a NumPy {want} array (np.asarray(x, "
                               f"dtype=...), np.float64(x), ...)")
+        scipy_name = _scipy_caller(sys._getframe(1))
+        if scipy_name is not None:   # SciPy's code on an object array fails or loses the gradient
+            raise _scipy_error(scipy_name, "np.asarray")
         return _object_array(self)
 
     # ---- printing ----------------------------------------------------------------------------
@@ -462,6 +470,8 @@ class TracedArray:
             if kind is slice:
                 step = key.step
                 if t._shape and (step is None or type(step) is int and step > 0):
+                    if (step is None or step == 1) and not _plain(t):
+                        return _view(self, _row_range(t, key))
                     return _view(self, t[key])
             elif kind is int:
                 if len(t._shape) > 1:
@@ -606,6 +616,17 @@ def _ufunc_method(ufunc):
     return method
 
 
+def _row_range(t, key):
+    """``t[a:b]`` as a copy of that range of rows: traced arrays are never written in
+    place (``_inplace`` rebinds), so the tensor needs none of a torch view's bookkeeping
+    (the hot path of ``x[1:] - x[:-1]``)."""
+    n0 = t._shape[0]
+    lo, hi, _ = key.indices(n0)
+    rows = hi - lo if hi > lo else 0
+    inner = t._numel // n0 if n0 else 0
+    return _copy_range(_COPY, t, lo * inner if rows else 0, rows * inner, (rows,) + t._shape[1:])
+
+
 def _wrap(t):
     a = _new(TracedArray)
     a._t = t
@@ -656,17 +677,22 @@ def from_tensor(t):
 
 # ---- refusals --------------------------------------------------------------------------------
 
+def _scipy_error(scipy_name, what):
+    # SciPy's Python-level functions convert their arguments to ndarrays: no NumPy protocol
+    # hands the call to NumPy mode (the few it intercepts are SCIPY_FUNCTIONS/SCIPY_METHODS).
+    return TypeError(
+        f"tapejit: {scipy_name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): "
+        f"SciPy converts the traced array to a NumPy array ({what} on it), which would lose its "
+        f"gradient. Write it with NumPy functions (np.max, np.exp, np.log, np.sum, ...), the "
+        f"SciPy ufuncs NumPy mode differentiates (scipy.special.gammaln, digamma, erf, erfc, "
+        f"erfinv, expit, logit, ndtr, xlogy, xlog1py) or the SciPy functions it intercepts "
+        f"({', '.join(_SCIPY_SHORT_NAMES)})")
+
+
 def _read_error(what, detail=""):
     scipy_name = _scipy_caller(sys._getframe(2))
     if scipy_name is not None:
-        # SciPy's Python-level functions (logsumexp, softmax, scipy.stats) convert their
-        # arguments to ndarrays: no protocol hands the call to NumPy mode.
-        return TypeError(
-            f"tapejit: {scipy_name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): "
-            f"SciPy converts the traced array to a NumPy array ({what} on it), which would lose its "
-            f"gradient. Write it with NumPy functions (np.max, np.exp, np.log, np.sum, ...) or the "
-            f"SciPy ufuncs NumPy mode differentiates (scipy.special.gammaln, digamma, erf, erfc, "
-            f"erfinv, expit, logit, ndtr, xlogy, xlog1py)")
+        return _scipy_error(scipy_name, what)
     return TypeError(
         f"{what} reads the value of a traced array into Python inside tj.grad/tj.value_and_grad"
         f"{detail}: the gradient would silently miss everything computed from that Python "
@@ -676,13 +702,17 @@ def _read_error(what, detail=""):
 
 
 def _scipy_caller(frame):
-    """SciPy's public name of the outermost SciPy function on the stack (``scipy.special.
-    logsumexp``, ``scipy.stats.norm.logpdf``), or ``None``."""
+    """SciPy's public name of the SciPy function that called into ``frame`` (``scipy.special.
+    logsumexp``, ``scipy.stats.norm.sf``): the outermost of the SciPy (and NumPy) frames
+    from ``frame`` up, or ``None`` if the first frame outside NumPy is not SciPy's (a
+    function ``scipy.optimize`` calls is the user's code, not SciPy's)."""
     found = None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("scipy."):
             found = frame
+        elif not module.startswith("numpy."):
+            break
         frame = frame.f_back
     if found is None:
         return None
@@ -2357,6 +2387,7 @@ def _refuse_complex(name):
         raise TypeError(f"tapejit: {name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): the "
                         f"eigenvalues of a general real matrix are complex, and NumPy mode has no complex "
                         f"numbers. For a symmetric matrix use numpy.linalg.eigh or eigvalsh")
+    refuse.refused = True   # not one of supported_functions()
     return refuse
 
 
@@ -2364,6 +2395,248 @@ implements(np.linalg.eig)(_refuse_complex("numpy.linalg.eig"))
 implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
 
 del _fn, _handler
+
+
+def supported_functions():
+    """The public names of the NumPy and SciPy functions NumPy mode computes on traced
+    arrays (``numpy.sum``, ``numpy.linalg.svd``, ``numpy.sin``, ``scipy.special.logsumexp``,
+    ``scipy.stats.norm.logpdf``, ...), sorted: the function table, the ufuncs (integer and
+    boolean ones give values, no gradient), SciPy's ufuncs and the SciPy functions NumPy mode
+    intercepts.  Any other function given a traced array raises a TypeError naming it."""
+    names = set()
+    for func, handler in _FUNCTIONS.items():
+        if getattr(handler, "refused", False):
+            continue
+        module = getattr(func, "__module__", None) or "numpy"
+        names.add(f"numpy.linalg.{func.__name__}" if module == "numpy.linalg" else f"numpy.{func.__name__}")
+    ufuncs = [*_FLOAT_OPS, *_BINARY_FLOAT, *_UNARY_FLOAT, *_STEP, *_VALUE_ONLY, *_COMPARE,
+              np.remainder, np.fmod, np.floor_divide, np.divmod, np.sign]
+    try:
+        import scipy.special   # noqa: F401  (only to list its ufuncs)
+    except ImportError:
+        pass
+    else:
+        ufuncs += list(_scipy_ufuncs())
+        names.update(SCIPY_FUNCTIONS, SCIPY_METHODS)
+        names.add("scipy.special.digamma")   # SciPy's other name of psi
+    names.update(_ufunc_name(u) for u in ufuncs)
+    return sorted(names)
+
+
+# ---- SciPy's Python-level functions ----------------------------------------------------------
+#
+# scipy.special.logsumexp/softmax/log_softmax and scipy.stats.norm's methods are Python code
+# that converts its arguments with np.asarray, which no NumPy protocol lets tapejit see, and
+# SciPy's own hook for other array types (``__array_namespace__``) only works with the
+# environment variable SCIPY_ARRAY_API=1 set before SciPy is imported (SciPy 1.17).  So NumPy
+# mode intercepts these named functions, and only for traced arguments: SciPy's function
+# object hands a call with a traced array to the implementation below (NumPy mode's own ops,
+# SciPy's formulas) and every other call to SciPy's original code.  The function object itself
+# is changed, not the module attribute, so ``from scipy.special import logsumexp`` done before
+# tapejit saw SciPy dispatches too.  A SciPy function not listed keeps raising a TypeError with
+# SciPy's name (``_read_error``).
+
+
+def _as_traced_operand(x):
+    """An array argument of a SciPy function: traced arrays (and lists holding them) as one
+    traced array, anything else as a NumPy array."""
+    if type(x) is TracedArray:
+        return x
+    if _contains_traced(x):
+        return _wrap(_tensor_of(x))
+    return np.asarray(x)
+
+
+def _floating(x):
+    """SciPy's ``force_floating``: integer and boolean arrays compute in float64."""
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _float64(x):
+    """scipy.stats computes in float64 whatever the input's float type."""
+    return x if x.dtype == _F64 else x.astype(np.float64)
+
+
+def _finite_or_zero(m):
+    """``m`` where finite, else 0 (the shift of a log-sum-exp; a registry op, no value read)."""
+    return np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _reduced_axes(axis, ndim):
+    return tuple(range(ndim)) if axis is None else axis
+
+
+def _scipy_logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``scipy.special.logsumexp`` on traced arrays: ``log(sum(b * exp(a)))`` shifted by the
+    finite maximum; a weight of 0 ignores its element (even an infinite or NaN one), a
+    negative sum gives NaN unless ``return_sign``, as SciPy's."""
+    a = _floating(_as_traced_operand(a))
+    if b is not None:
+        b = _as_traced_operand(b)
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+        if type(b) is TracedArray or np.any(b == 0):
+            a = np.where(b == 0, -np.inf, a)
+    a = np.atleast_1d(a)
+    if b is not None:
+        b = np.atleast_1d(b)
+    axis = _reduced_axes(axis, a.ndim)
+    if a.size == 0:
+        shape = list(a.shape)
+        for ax in (axis if isinstance(axis, tuple) else (axis,)):
+            shape[ax] = 1
+        out = _constant(np.full(shape, -np.inf, a.dtype))
+        sign = _constant(np.full(shape, -1.0, a.dtype))   # SciPy's sign(-inf)
+    else:
+        shift = _finite_or_zero(np.max(a, axis=axis, keepdims=True))
+        terms = np.exp(a - shift) if b is None else b * np.exp(a - shift)
+        total = np.sum(terms, axis=axis, keepdims=True)
+        if return_sign:
+            out = np.log(np.abs(total)) + shift
+            sign = np.sign(total)
+        else:   # a negative weighted sum: log gives NaN, as SciPy's result
+            out = np.log(total) + shift
+    if not keepdims:
+        out = np.squeeze(out, axis=axis)
+        if return_sign:
+            sign = np.squeeze(sign, axis=axis)
+    return (out, sign) if return_sign else out
+
+
+def _scipy_softmax(x, axis=None):
+    """``scipy.special.softmax`` on traced arrays: SciPy's formula."""
+    x = _as_traced_operand(x)
+    shifted = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return shifted / np.sum(shifted, axis=axis, keepdims=True)
+
+
+def _scipy_log_softmax(x, axis=None):
+    """``scipy.special.log_softmax`` on traced arrays: SciPy's formula (an infinite maximum
+    shifts by 0)."""
+    x = _as_traced_operand(x)
+    shifted = x - _finite_or_zero(np.max(x, axis=axis, keepdims=True))
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+_LOG_SQRT_2PI = float(0.5 * np.log(2.0 * np.pi))
+
+
+def _norm_operands(x, loc, scale):
+    return (_float64(_floating(_as_traced_operand(x))), _float64(_floating(_as_traced_operand(loc))),
+            _float64(_floating(_as_traced_operand(scale))))
+
+
+def _invalid_scale_is_nan(value, scale):
+    """scipy.stats' ``scale <= 0`` gives NaN."""
+    bad = scale <= 0
+    if type(bad) is not TracedArray and not np.any(bad):
+        return value
+    return np.where(bad, np.nan, value)
+
+
+def _norm_logpdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.logpdf`` on traced arrays (float64, as SciPy's)."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    z = (x - loc) / scale
+    return _invalid_scale_is_nan(-z ** 2 / 2.0 - _LOG_SQRT_2PI - np.log(scale), scale)
+
+
+def _norm_pdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.pdf`` on traced arrays."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    z = (x - loc) / scale
+    return _invalid_scale_is_nan(np.exp(-z ** 2 / 2.0 - _LOG_SQRT_2PI) / scale, scale)
+
+
+def _norm_cdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.cdf`` on traced arrays: ``ndtr`` of the standardized value."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    return _invalid_scale_is_nan(_wrap(_tj().special.ndtr(_tensor_of((x - loc) / scale))), scale)
+
+
+#: SciPy's name -> (module, attribute, NumPy mode's implementation, array parameters)
+SCIPY_FUNCTIONS = {
+    "scipy.special.logsumexp": ("scipy.special", "logsumexp", _scipy_logsumexp, ("a", "b")),
+    "scipy.special.softmax": ("scipy.special", "softmax", _scipy_softmax, ("x",)),
+    "scipy.special.log_softmax": ("scipy.special", "log_softmax", _scipy_log_softmax, ("x",)),
+}
+#: SciPy's name -> (module, distribution, method, NumPy mode's implementation)
+SCIPY_METHODS = {
+    "scipy.stats.norm.logpdf": ("scipy.stats", "norm", "logpdf", _norm_logpdf),
+    "scipy.stats.norm.pdf": ("scipy.stats", "norm", "pdf", _norm_pdf),
+    "scipy.stats.norm.cdf": ("scipy.stats", "norm", "cdf", _norm_cdf),
+}
+_SCIPY_SHORT_NAMES = [name[len("scipy."):] for name in (*SCIPY_FUNCTIONS, *SCIPY_METHODS)]
+_scipy_waiting = {"scipy.special", "scipy.stats"}   # SciPy modules whose functions are not intercepted yet
+
+
+def intercept_scipy():
+    """Intercept the SciPy functions above for traced arguments, for each SciPy module
+    imported by now (called by every differentiation entry; free once both are done)."""
+    for module in tuple(_scipy_waiting):
+        if module in sys.modules:
+            _scipy_waiting.discard(module)
+            for name, (mod, attr, impl, arrays) in SCIPY_FUNCTIONS.items():
+                if mod == module:
+                    _intercept_function(getattr(sys.modules[mod], attr, None), impl, arrays)
+            for name, (mod, dist, method, impl) in SCIPY_METHODS.items():
+                if mod == module:
+                    _intercept_method(type(getattr(sys.modules[mod], dist, None)), method, impl)
+
+
+def _intercept_function(f, impl, arrays):
+    """Make SciPy's function object ``f`` hand a call with a traced array among the
+    parameters ``arrays`` to ``impl``.  ``f``'s code becomes a two-line trampoline with ``f``'s
+    own parameters (``inspect.signature``, defaults and docs unchanged) that calls the
+    dispatcher kept on ``f``; SciPy's code runs, unchanged, as a copy of the function.  A
+    function of another shape (a closure, keyword-only parameters, a name its module does
+    not bind to it) is left alone: it keeps raising the TypeError with its name."""
+    if not isinstance(f, types.FunctionType) or hasattr(f, "_tapejit_numpy_mode") or f.__closure__:
+        return
+    if f.__globals__.get(f.__name__) is not f:
+        return   # the trampoline finds f through its module's global name
+    params = list(inspect.signature(f).parameters.values())
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return
+    names = [p.name for p in params]
+    if not set(arrays) <= set(names):
+        return
+    original = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__)
+    positions = tuple(names.index(a) for a in arrays)
+
+    def dispatch(*args):
+        for i in positions:
+            if _contains_traced(args[i]):   # a traced array, or a list/object array holding one
+                return impl(*args)
+        return original(*args)
+
+    listed = ", ".join(names)
+    source = f"def {f.__name__}({listed}):\n    return {f.__name__}._tapejit_numpy_mode({listed})\n"
+    namespace = {}
+    exec(compile(source, f"<tapejit NumPy mode: {f.__module__}.{f.__name__}>", "exec"), namespace)
+    f._tapejit_numpy_mode = dispatch
+    f.__code__ = namespace[f.__name__].__code__
+
+
+def _intercept_method(cls, method, impl):
+    """Give the distribution class ``cls`` (``norm_gen``) its own ``method`` that hands a call
+    with a traced argument to ``impl`` and every other one to the inherited SciPy method, so
+    ``scipy.stats.norm`` (and a frozen ``norm(loc, scale)``) dispatch however they were
+    imported.  A method the class defines itself is left alone."""
+    if cls is type(None) or method in cls.__dict__ or not callable(getattr(cls, method, None)):
+        return
+    inherited = getattr(cls, method)
+
+    @functools.wraps(inherited)
+    def dispatching(self, x, *args, **kwds):
+        if (type(x) is TracedArray or _contains_traced(x) or args and _contains_traced(args)
+                or kwds and _contains_traced(tuple(kwds.values()))):
+            return impl(self, x, *args, **kwds)
+        return inherited(self, x, *args, **kwds)
+
+    dispatching._tapejit_numpy_mode = impl
+    setattr(cls, method, dispatching)
+
 
 # np.inner, hstack, vstack and cumsum of tensors have NumPy's semantics: these implementations
 _interop.provide(_inner=_inner, _hstack=_hstack, _vstack=_vstack, _np_cumsum=_np_cumsum, to_tensor=to_tensor)
