@@ -1487,7 +1487,10 @@ def where(condition, input=None, other=None):
         x = _expand(x, shape)
     if y._shape != shape:
         y = _expand(y, shape)
-    c = np.broadcast_to(cond, shape).reshape(-1).astype(np.int64)
+    size = x._numel
+    c = np.empty(size + 1, np.int64)   # ints[p]: the size, then the mask
+    c[0] = size
+    c[1:] = np.broadcast_to(cond, shape).reshape(-1)
     if not on_tape(x, y):
         return eager(_where_record, x, y, c, shape, dt)
     return _where_record(x, y, c, shape, dt)
@@ -1495,8 +1498,8 @@ def where(condition, input=None, other=None):
 
 def _where_record(x, y, c, shape, dt):
     tape = _state.tape or _current()
-    p = tape.add_ints([c.size] + c.tolist())
-    return record(WHERE, (x, y), shape, dt, p, c.size)
+    p = tape.add_int_array(c)
+    return record(WHERE, (x, y), shape, dt, p, c.size - 1)
 
 
 def _where_method(self, condition, other):
