@@ -51,13 +51,14 @@ def mark_dependencies(rec, n, listed_at, listed, load_op, cast_op, marks0, marks
 
 
 @sweep
-def prune_fields(rec, n, listed_at, listed, load_op, cast_op, marks0, marks1):
+def prune_fields(rec, n, listed_at, listed, forced, load_op, cast_op, marks0, marks1):
     """The forward walk of a backward pass toward some slots only (``autograd.grad``'s
     inputs): from the slots marked in ``marks0``/``marks1``, marks the result of every
-    record that reads a marked slot through a field that takes a gradient, and rewrites
-    each field of ``rec`` that takes a gradient (>= 0) but reads an unmarked slot as
-    ``~field``, a field that takes none.  Operands listed in ``ints`` are only read
-    (they keep their gradients).  Returns the number of fields rewritten."""
+    record that reads a marked slot through a field that takes a gradient (and of every
+    record with ``forced[r]``), and rewrites each field of ``rec`` that takes a gradient
+    (>= 0) but reads an unmarked slot as ``~field``, a field that takes none.  Operands
+    listed in ``ints`` are only read (they keep their gradients).  Returns the number of
+    fields rewritten."""
     cut = 0
     size0 = marks0.shape[0]
     size1 = marks1.shape[0]
@@ -67,7 +68,7 @@ def prune_fields(rec, n, listed_at, listed, load_op, cast_op, marks0, marks1):
         op = code >> 1
         if op == load_op:
             continue
-        hit = False
+        hit = forced[r] != 0
         for col in range(2, 4):
             field = rec[r, col]
             if field < 0:

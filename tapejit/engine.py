@@ -428,9 +428,29 @@ def _toward(tape, targets):
             marks[arena][off] = 1
     n = tape.nrec
     rec = tape.rec[:n].copy()
-    listed_at, listed = listed_operands(rec, tape.ints)
-    cut = prune_fields(rec, n, listed_at, listed, LOAD.opcode, CAST.opcode, marks[0], marks[1])
+    forced = np.zeros(n, np.uint8)
+    with_listed = np.flatnonzero(_has_listed()[rec[:, 0] >> 1])
+    if len(with_listed) <= _LISTED_READ:
+        listed_at, listed = listed_operands(rec, tape.ints)
+    else:   # reading each one's list costs Python per record: their results count as reached
+        listed_at, listed = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        forced[with_listed] = 1
+    cut = prune_fields(rec, n, listed_at, listed, forced, LOAD.opcode, CAST.opcode, marks[0], marks[1])
     return rec if cut else tape.rec
+
+
+#: records with operands listed in ``ints`` (cat, stack, linear's bias) whose lists
+#: ``_toward`` reads (~2 us each); past this many (a scalar graph's stacks) it assumes
+#: each such record's result leads to a target, which cuts fewer fields but never a needed one
+_LISTED_READ = 64
+_HAS_LISTED = [np.zeros(0, bool)]
+
+
+def _has_listed():
+    """Per opcode, whether its records list operands in ``ints`` (rebuilt if ops were added)."""
+    if len(_HAS_LISTED[0]) != len(registry.OPS):
+        _HAS_LISTED[0] = np.array([op.listed is not None for op in registry.OPS], bool)
+    return _HAS_LISTED[0]
 
 
 def _unneeded_functions(tape, targets):

@@ -937,6 +937,22 @@ def test_gradient_runs_only_the_paths_to_its_inputs(how):
     assert our_x_grad is None and their_x_grad is None
 
 
+def test_gradient_toward_some_inputs_through_many_stacks():
+    # More records with operands listed in ints (stack) than the engine reads one by one
+    # (engine._LISTED_READ): their results count as leading to the inputs, the others'
+    # operands are still left out; the gradients are torch's.
+    torch = pytest.importorskip("torch")
+
+    def grads(lib):
+        xs = [lib.tensor(0.1 * (i + 1), dtype=lib.float64, requires_grad=True) for i in range(4)]
+        nodes = list(xs)
+        for k in range(70):
+            nodes.append(lib.tanh(lib.stack(nodes[-3:]).sum() * nodes[k % 4]))
+        return [g.item() for g in lib.autograd.grad(nodes[-1], xs[:2])]
+
+    np.testing.assert_allclose(grads(tj), grads(torch), rtol=1e-10)
+
+
 def test_leaf_hook_called_once_with_total_gradient():
     x = tj.tensor([1.0, 2.0], requires_grad=True)
     calls = []
