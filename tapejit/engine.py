@@ -16,8 +16,8 @@ import threading
 import numpy as np
 
 from tapejit import chunked, registry
-from tapejit.dependencies import dependencies, listed_operands
-from tapejit.ops.core import CAST
+from tapejit.dependencies import dependencies, listed_operands, prune_fields
+from tapejit.ops.core import CAST, LOAD
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
 from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
@@ -296,6 +296,7 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
             flags[off] = 1
     stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
     skipped = _unneeded_functions(tape, targets) if (targets is not None and tape.functions) else ()
+    rec = tape.rec if targets is None else _toward(tape, targets)
     sw = sweeps(tape.groups)
     anomaly = {} if modes.anomaly else None   # slot sizes per arena, for _check_nan
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
@@ -303,11 +304,11 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
         _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain, skipped)
         for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
-                _cast_backward(tape, start, retain)
+                _cast_backward(tape, start, retain, rec)
             elif anomaly is not None:
-                _sweep_checking_nan(tape, sw, start, end, kind, retain, anomaly)
+                _sweep_checking_nan(tape, rec, sw, start, end, kind, retain, anomaly)
             else:
-                _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
+                _check(tape, sw.backward(rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
                                          tape.floats[kind], retain))
             _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain, skipped)
@@ -328,23 +329,22 @@ def _check(tape, r):
     raise RuntimeError(FREED)
 
 
-def _sweep_checking_nan(tape, sw, start, end, d, retain, sizes):
+def _sweep_checking_nan(tape, rec, sw, start, end, d, retain, sizes):
     """``detect_anomaly``: the records one at a time, each followed by a NaN check of the
     gradients it wrote.  Only records that ran (their result had a gradient) are checked:
     an adjoint slot this pass did not write still holds an earlier pass's values, NaN
     included (a pass stopped by this very error leaves them)."""
-    rec = tape.rec
     flags = tape.flags[d]
     for r in range(end - 1, start - 1, -1):
         if not flags[rec[r, 1]]:
             continue
         _check(tape, sw.backward(rec, r, r + 1, tape.vals[d], tape.adj[d], flags, tape.freed,
                                  tape.ints, tape.floats[d], retain))
-        _check_nan(tape, r, d, sizes)
+        _check_nan(tape, rec, r, d, sizes)
 
 
-def _check_nan(tape, r, d, sizes):
-    code, out, a, b, p, q = tape.rec[r].tolist()
+def _check_nan(tape, rec, r, d, sizes):
+    code, out, a, b, p, q = rec[r].tolist()
     op = registry.OPS[code >> 1]
     if d not in sizes:
         sizes[d] = _slot_sizes(tape, d)
@@ -364,8 +364,8 @@ def _slot_sizes(tape, d):
     return dict(zip(outs.tolist(), (ends - outs).tolist()))
 
 
-def _cast_backward(tape, r, retain):
-    code, out, a, _, n, _ = tape.rec[r].tolist()
+def _cast_backward(tape, r, retain, rec=None):
+    code, out, a, _, n, _ = (tape.rec if rec is None else rec)[r].tolist()
     dst = code & 1
     src = 1 - dst
     if not tape.flags[dst][out]:
@@ -394,6 +394,63 @@ def _at_stop(tape, items, target_ids, found, accumulate, retain, skipped):
     for item in items:
         if not isinstance(item, Tensor):
             item.run_backward(tape, retain, item not in skipped)
+
+
+def _toward(tape, targets):
+    """The records for a sweep toward ``targets`` only (``autograd.grad``'s inputs,
+    ``backward(inputs=)``): an operand none of whose values depends on a target gets no
+    gradient (its field is rewritten as a constant's, in a copy), as torch's engine runs
+    only the nodes on a path to the inputs: no products for leaves not asked for (an
+    MLP's weights when the gradient is the input's, or the input's when it is the
+    weights'), and no hooks of tensors off those paths.  ``tape.rec`` itself when every
+    leaf that takes a gradient is a target.  A value loaded from an older tape and a
+    custom Function's output count as leading to a target (their graphs are not followed)."""
+    ids = {id(t) for t in targets}
+    sources = tape.sources
+    kept = []
+    others = False
+    for index, d, off in tape.grad_loads:
+        src = sources[index]
+        if id(src) in ids or src._tape is not None:
+            kept.append((d, off))
+        else:
+            others = True
+    if not others:
+        return tape.rec
+    marks = [np.zeros(max(size, 1), np.uint8) for size in tape.cursor]
+    for d, off in kept:
+        marks[d][off] = 1
+    for t in targets:
+        if t._tape is tape:
+            marks[t._dtype.arena][t._off] = 1
+    for _, ctx in tape.functions or ():
+        for arena, off, _, _ in ctx._outputs:
+            marks[arena][off] = 1
+    n = tape.nrec
+    rec = tape.rec[:n].copy()
+    forced = np.zeros(n, np.uint8)
+    with_listed = np.flatnonzero(_has_listed()[rec[:, 0] >> 1])
+    if len(with_listed) <= _LISTED_READ:
+        listed_at, listed = listed_operands(rec, tape.ints)
+    else:   # reading each one's list costs Python per record: their results count as reached
+        listed_at, listed = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        forced[with_listed] = 1
+    cut = prune_fields(rec, n, listed_at, listed, forced, LOAD.opcode, CAST.opcode, marks[0], marks[1])
+    return rec if cut else tape.rec
+
+
+#: records with operands listed in ``ints`` (cat, stack, linear's bias) whose lists
+#: ``_toward`` reads (~2 us each); past this many (a scalar graph's stacks) it assumes
+#: each such record's result leads to a target, which cuts fewer fields but never a needed one
+_LISTED_READ = 64
+_HAS_LISTED = [np.zeros(0, bool)]
+
+
+def _has_listed():
+    """Per opcode, whether its records list operands in ``ints`` (rebuilt if ops were added)."""
+    if len(_HAS_LISTED[0]) != len(registry.OPS):
+        _HAS_LISTED[0] = np.array([op.listed is not None for op in registry.OPS], bool)
+    return _HAS_LISTED[0]
 
 
 def _unneeded_functions(tape, targets):

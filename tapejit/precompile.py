@@ -67,6 +67,8 @@ def _graph_walks():
     listed_at, listed = _graph.listed_operands(rec, np.zeros(1, np.int64))
     _graph.mark_dependencies(rec, 0, listed_at, listed, load, cast, np.zeros(1, np.uint8),
                              np.zeros(1, np.uint8), True)
+    _graph.prune_fields(rec.copy(), 0, listed_at, listed, np.zeros(0, np.uint8), load, cast,
+                        np.zeros(1, np.uint8), np.zeros(1, np.uint8))
 
 
 def compile_units(groups):

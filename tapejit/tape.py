@@ -224,6 +224,29 @@ class Tape:
         self.pints.extend(values)
         return at
 
+    def add_int_array(self, values):
+        """``add_ints`` for a long int64 array (a where mask): copied into ``ints`` in one
+        NumPy call, where ``add_ints`` would make a Python int of every element and
+        ``_flush`` convert them back (~30 us per 1,000).  The pending ints go first, so
+        ``ints`` stays in recording order."""
+        if self.pints:
+            self._store_pints()
+        at = self.nints
+        end = at + values.size
+        if end > len(self.ints):
+            self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), at)
+        self.ints[at:end] = values
+        self.nints = end
+        return at
+
+    def _store_pints(self):
+        end = self.nints + len(self.pints)
+        if end > len(self.ints):
+            self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), self.nints)
+        self.ints[self.nints:end] = self.pints
+        self.pints.clear()
+        self.nints = end
+
     def add_floats(self, c0, c1=0.0):
         at = self.nfloats + len(self.pfloats)
         self.pfloats += (c0, c1)
@@ -394,12 +417,7 @@ class Tape:
         if hi == lo:
             return
         if self.pints:
-            end = self.nints + len(self.pints)
-            if end > len(self.ints):
-                self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), self.nints)
-            self.ints[self.nints:end] = self.pints
-            self.pints.clear()
-            self.nints = end
+            self._store_pints()
         if self.pfloats:
             end = self.nfloats + len(self.pfloats)
             if end > len(self.floats[0]):

@@ -74,7 +74,7 @@ class Ctx:
         self.dt = _ARENA_DTYPE[self.arena]
         self.g = g
         self.n = g._numel
-        self.marked = marked   # per arena, the slots leading to autograd.grad's inputs (None: all)
+        self.marked = marked   # per arena, a set of the slots leading to autograd.grad's inputs (None: all)
 
     def x(self, n=None, shape=None):
         return slot(self.tape, self.arena, self.a, self.n if n is None else n, shape)
@@ -105,7 +105,7 @@ class Ctx:
     def wants(self, enc):
         """Whether operand ``enc`` takes a gradient in this pass (needs one and, for
         ``autograd.grad``, leads to one of its inputs)."""
-        return enc >= 0 and (self.marked is None or self.marked[self.arena][enc])
+        return enc >= 0 and (self.marked is None or enc in self.marked[self.arena])
 
     @property
     def wants_a(self):
@@ -213,8 +213,8 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
         if tape.stale is not None:
             _refresh_stale(tape)
         end = tape.nrec
-        rec = tape.rec[:end].copy()   # records appended by the formulas go after ``end``
-    wanted, marked = _needed(tape, rec, targets) if targets is not None else (None, None)
+        rows = tape.rec[:end].tolist()   # records appended by the formulas go after ``end``
+    wanted, marked = _needed(tape, rows, targets) if targets is not None else (None, None)
     target_slots = {}
     for t in targets or ():
         if t._tape is tape:
@@ -232,7 +232,7 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
             functions[r] = ctx
     ops = registry.OPS
     for r in range(end - 1, -1, -1):
-        row = rec[r].tolist()
+        row = rows[r]
         arena = row[0] & 1
         key = (arena, row[1])
         g = adj.pop(key, None)
@@ -288,34 +288,34 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
                 found[i] = gi if found[i] is None else found[i] + gi
 
 
-def _needed(tape, rec, targets):
-    """Per record, whether its result depends on a target (``autograd.grad``'s inputs):
-    torch's engine runs only the nodes on a path to them, so an op without a formula off
-    that path does not raise.  A value loaded from an older tape counts as leading to a
-    target (that tape's graph is not followed here)."""
+def _needed(tape, rows, targets):
+    """Per record, whether its result depends on a target (``autograd.grad``'s inputs), and
+    per arena the set of slots that do: torch's engine runs only the nodes on a path to
+    them, so an op without a formula off that path does not raise, and a leaf not asked
+    for costs nothing.  A value loaded from an older tape counts as leading to a target
+    (that tape's graph is not followed here)."""
     ids = {id(t) for t in targets}
-    marked = ([False] * (tape.cursor[0] + 1), [False] * (tape.cursor[1] + 1))
+    marked = (set(), set())   # sets, not flags per slot: an MLP's arena has ~10^5 slots
     slots = {(t._dtype.arena, t._off) for t in targets if t._tape is tape}
     sources = tape.sources
     ops = registry.OPS
-    need = np.zeros(len(rec), bool)
-    for r, row in enumerate(rec.tolist()):
-        code, out, a, b, p, q = row
+    need = []
+    for code, out, a, b, p, q in rows:
         d = code & 1
         op = ops[code >> 1]
         if op is LOAD:
             src = sources[p]
             hit = not isinstance(src, Tensor) or id(src) in ids or src._tape is not None
         elif op is CAST:
-            hit = a >= 0 and marked[1 - d][a]
+            hit = a >= 0 and a in marked[1 - d]
         else:
-            encs = [a, b]
-            if op.listed is not None:
-                encs += list(op.listed(tape.ints, p))
-            hit = any(e >= 0 and marked[d][e] for e in encs)
-        need[r] = hit
+            mine = marked[d]
+            hit = (a >= 0 and a in mine) or (b >= 0 and b in mine)
+            if not hit and op.listed is not None:
+                hit = any(e >= 0 and e in mine for e in op.listed(tape.ints, p))
+        need.append(hit)
         if hit or (d, out) in slots:
-            marked[d][out] = True
+            marked[d].add(out)
     return need, marked
 
 
