@@ -15,16 +15,15 @@ import pytest
 
 import tapejit as tj
 from tapejit import registry
-from tapejit.autograd import derivatives  # noqa: F401  (registers the formulas)
-from tapejit.autograd.higher import FORMULAS
+from tapejit.ops._formulas import formula_of
 
 from test_gradients import CASES, FD_STEP, TORCH_UNSUPPORTED, _seed
 
-FORMULATED = [p for p in CASES if p.values[0].name in FORMULAS]
+FORMULATED = [p for p in CASES if formula_of(p.values[0])]
 # Samples at a point a formula does not cover (it raises by name there, as the rule's
 # value is a special case): {case id: the node named}.
 REFUSED = {"det-det_singular": "LinalgDetBackward0"}
-UNFORMULATED = [p for p in CASES if p.values[0].name not in FORMULAS]
+UNFORMULATED = [p for p in CASES if not formula_of(p.values[0])]
 
 
 def _unformulated_node(fn, inputs):
@@ -40,7 +39,7 @@ def _unformulated_node(fn, inputs):
     start = first if tape is before else 0
     names = {registry.OPS[c >> 1].name for c in tape.rec[start:tape.nrec, 0].tolist()}
     missing = sorted(registry.BY_NAME[n].node for n in names
-                     if n not in FORMULAS and registry.BY_NAME[n].kind not in ("load", "cast"))
+                     if not formula_of(registry.BY_NAME[n]) and registry.BY_NAME[n].kind not in ("load", "cast"))
     return missing[0] if missing else None
 
 

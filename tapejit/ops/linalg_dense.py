@@ -702,3 +702,35 @@ def slogdet(input):
 def logdet(input):
     from tapejit.linalg import _logdet
     return _logdet(input)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(INV)
+def _d_inv(c):
+    """-Y^T G Y^T with Y = inv(A); a singular (NaN) inverse raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    y = c.out((batch, n, n))
+    if not np.all(np.isfinite(_f.value(y))):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    yt = y.transpose(1, 2)
+    return (-tj.matmul(tj.matmul(yt, _f.shaped(c.g, (batch, n, n))), yt), None)
+
+
+@derivative(DET)
+def _d_det(c):
+    """g det(A) inv(A)^T; a singular matrix (det 0: torch goes through an SVD) raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    x = c.x(batch * n * n, (batch, n, n))
+    d = _f.value(c.out())
+    if not np.all(np.isfinite(d)) or np.any(d == 0.0):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    scale = _f.shaped(c.g * c.out(), (batch, 1, 1))
+    return (scale * inverse(x).transpose(1, 2), None)
