@@ -221,6 +221,25 @@ def test_gradient_penalty_on_mlp_matches_torch():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
+def test_piecewise_linear_second_derivative_is_zeros_with_a_grad_fn():
+    """torch's double backward of relu/leaky_relu/hardtanh is a node over the saved tensor:
+    with a constant incoming gradient the first derivative still has a grad_fn, and its
+    own gradient is zeros (clamp, where and maximum give none: a constant result)."""
+    torch = pytest.importorskip("torch")
+    x0 = [0.5, -1.0, 2.0, float("inf")]
+    for name in ("relu", "leaky_relu", "hardtanh", "clamp"):
+        found = []
+        for mod in (tj, torch):
+            x = mod.tensor(x0, dtype=mod.float64, requires_grad=True)
+            y = x.clamp(-0.5, 1.0) if name == "clamp" else getattr(mod.nn.functional, name)(x)
+            (g,) = mod.autograd.grad(y.sum(), x, create_graph=True)
+            if g.requires_grad:
+                g.sum().backward()
+            found.append((g.requires_grad, g.detach().numpy().tolist(),
+                          None if x.grad is None else x.grad.numpy().tolist()))
+        assert found[0] == found[1], name
+
+
 def test_create_graph_on_a_freed_graph_raises_torchs_error():
     x = tj.tensor([1.0, 2.0], dtype=tj.float64, requires_grad=True)
     y = (x.exp() * x).sum()

@@ -98,6 +98,17 @@ def where(mask, a, b):
     return tj.where(_concrete(np.asarray(mask, bool)), a, b)
 
 
+def on_graph_of(d, t):
+    """``d``, made to depend on ``t`` (with a zero derivative) if it does not require grad:
+    torch's double backward of relu and leaky_relu (and of hardtanh, built on relu here) is
+    a node over their saved tensor, so the gradient has a grad_fn, whose own gradient is
+    zeros, even for a constant incoming gradient.  ``where`` with an all-false constant
+    mask: an exact 0 whatever ``t`` holds (inf and NaN too)."""
+    if d.requires_grad or not t.requires_grad:
+        return d
+    return d + where(np.zeros(t.shape, bool), t, 0.0)
+
+
 def value(t):
     """The value of an operand or result slot of the record being differentiated: read
     from the arena without a flush (the walk flushed the tape up to that record first;

@@ -762,7 +762,8 @@ def _d_sigmoid(c):
 
 @derivative(RELU)
 def _d_relu(c):
-    return (_f.where(_f.value(c.out()) > 0, c.g, 0.0), None)
+    y = c.out()
+    return (_f.on_graph_of(_f.where(_f.value(y) > 0, c.g, 0.0), y), None)
 
 
 @derivative(SOFTPLUS)
@@ -803,4 +804,5 @@ def _d_gelu_tanh(c):
 
 @derivative(LEAKY_RELU)
 def _d_leaky_relu(c):
-    return (_f.where(_f.value(c.x()) > 0, c.g, c.g * c.c0), None)
+    x = c.x()
+    return (_f.on_graph_of(_f.where(_f.value(x) > 0, c.g, c.g * c.c0), x), None)
