@@ -734,3 +734,33 @@ def _d_det(c):
         raise _f.refuse(c, "a singular or non-finite matrix")
     scale = _f.shaped(c.g * c.out(), (batch, 1, 1))
     return (scale * inverse(x).transpose(1, 2), None)
+
+
+def _solved(A, B, left):
+    """``A X = B`` (``X A = B`` unless ``left``) of ``(batch, n, n)`` and ``(batch, n, k)``
+    (``(batch, k, n)``): a solve record, as ``linalg.solve`` writes it."""
+    from tapejit.recording import eager, on_tape, record
+    from tapejit.tape import current, state
+    if not on_tape(A, B):
+        return eager(_solved, A, B, left)
+    batch, n = A.shape[0], A.shape[1]
+    tape = state.tape or current()
+    p = tape.add_ints((batch, n, B.shape[2] if left else B.shape[1], int(left)))
+    return record(SOLVE, (A, B), tuple(B.shape), A._dtype, p, 0)
+
+
+@derivative(SOLVE)
+def _d_solve(c):
+    """``A X = B``: ``gB = A^-T gX``, ``gA = -gB X^T``; ``X A = B``: ``gB = gX A^-T``,
+    ``gA = -X^T gB`` (the rule's, with recorded solves)."""
+    batch, n, k, left = (c.int(c.p + i) for i in range(4))
+    shape = (batch, n, k) if left else (batch, k, n)
+    A = c.x(batch * n * n, (batch, n, n))
+    if not np.all(np.isfinite(_f.value(c.out(shape)))):
+        raise _f.refuse(c, "a singular or non-finite system")
+    gB = _solved(A.mT, _f.shaped(c.g, shape), left)
+    gA = None
+    if c.wants_a:
+        X = c.out(shape)
+        gA = -tj.matmul(gB, X.mT) if left else -tj.matmul(X.mT, gB)
+    return (gA, gB if c.wants_b else None)
