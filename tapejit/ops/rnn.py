@@ -561,3 +561,75 @@ def final_cell_state(layer, mode_region, T, B, H, reverse):
     start = offsets[2] + (0 if reverse else T - 1) * B * H
     p = tape.add_ints((start, B * H, layer._numel))
     return record(LSTM_C, (layer,), (B, H), layer._dtype, p, 0)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per kernel, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(rnn_layer_forward)
+def _d_rnn_layer(c):
+    """The layer's recurrence written again step by step with formulated ops (products,
+    gate activations, the state update; a packed sequence's ended rows carried over), and
+    the vjp of that, itself recorded (a nested create_graph pass over those records).  An
+    LSTM's final cell state (``lstm_c``) has no formula: a gradient through it raises."""
+    ints = c.tape.ints
+    p = c.p
+    mode, T, B, H, P, reverse = (int(ints[p + i]) for i in range(6))
+    listed = [int(ints[p + 7 + 2 * i]) if ints[p + 6 + 2 * i] else None for i in range(5)]
+    counts = [int(n) for n in ints[p + 22:p + 22 + T]] if ints[p + 21] else [B] * T
+    GH = GATES[mode] * H
+    xw = c.x(sum(counts) * GH, (sum(counts), GH))
+    w_hh = c.y(GH * P, (GH, P))
+
+    def operand(enc, shape):
+        return None if enc is None else _f.slot(c.tape, c.arena, enc, int(np.prod(shape)), shape)
+    h0, c0, b_hh, w_hr, b_ih = (operand(enc, shape) for enc, shape in
+                                zip(listed, [(B, P), (B, H), (GH,), (P, H), (GH,)]))
+    h = h0 if h0 is not None else _f.zeros(B * P, c.dt).reshape(B, P)
+    cell = (c0 if c0 is not None else _f.zeros(B * H, c.dt).reshape(B, H)) if mode == LSTM_MODE else None
+    bias = b_ih
+    if mode != GRU_MODE and b_hh is not None:
+        bias = b_hh if bias is None else bias + b_hh
+    starts = np.cumsum([0] + counts)
+    outputs = [None] * T
+    for s in range(T):
+        t = T - 1 - s if reverse else s
+        n = counts[t]
+        x_t = xw[int(starts[t]):int(starts[t]) + n]
+        if bias is not None:
+            x_t = x_t + bias
+        hp = h[:n] if n < B else h
+        recurrent = tj.matmul(hp, w_hh.t())
+        if mode == GRU_MODE:
+            if b_hh is not None:
+                recurrent = recurrent + b_hh
+            rz = tj.sigmoid(x_t[:, :2 * H] + recurrent[:, :2 * H])
+            new = tj.tanh(x_t[:, 2 * H:] + rz[:, :H] * recurrent[:, 2 * H:])
+            z = rz[:, H:]
+            step = (1.0 - z) * new + z * hp
+        elif mode == LSTM_MODE:
+            gates = x_t + recurrent
+            i, f, o = tj.sigmoid(gates[:, :H]), tj.sigmoid(gates[:, H:2 * H]), tj.sigmoid(gates[:, 3 * H:])
+            cp = cell[:n] if n < B else cell
+            cn = f * cp + i * tj.tanh(gates[:, 2 * H:3 * H])
+            cell = tj.cat([cn, cell[n:]]) if n < B else cn
+            step = o * tj.tanh(cn)
+            if w_hr is not None:
+                step = tj.matmul(step, w_hr.t())
+        else:
+            step = (tj.tanh if mode == TANH_MODE else tj.relu)(x_t + recurrent)
+        h = tj.cat([step, h[n:]]) if n < B else step
+        outputs[t] = h
+    y = tj.stack(outputs)
+    operands = [(c.a, xw), (c.b, w_hh)] + list(zip(listed, (h0, c0, b_hh, w_hr, b_ih)))
+    wanted = [(enc, t) for enc, t in operands if t is not None and c.wants(enc)]
+    if not wanted or not y.requires_grad:
+        return []
+    found = c.vjp([(y, _f.shaped(c.g, y.shape))], [t for _, t in wanted])
+    return [(enc, g) for (enc, _), g in zip(wanted, found) if g is not None]
