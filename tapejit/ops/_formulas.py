@@ -164,3 +164,15 @@ def pair(c, gx, gy):
     where the operand takes none)."""
     return (None if gx is None or not c.wants_a else _to(gx, c.q == 1),
             None if gy is None or not c.wants_b else _to(gy, c.q == 2))
+
+
+def producer(c):
+    """``(op, a, b, p, q)`` of the record whose result ``c``'s operand a is (the multi-result
+    record a part record reads): a part's formula differentiates its result with respect to
+    that record's input directly, so the region it reads needs no adjoint of its own."""
+    from tapejit import registry
+    off = c.a if c.a >= 0 else ~c.a
+    rows = c.tape.rec[:c.r]
+    hits = np.flatnonzero((rows[:, 1] == off) & ((rows[:, 0] & 1) == c.arena))
+    code, _, a, b, p, q = rows[hits[-1]].tolist()
+    return registry.OPS[code >> 1], a, b, p, q

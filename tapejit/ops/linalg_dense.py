@@ -764,3 +764,20 @@ def _d_solve(c):
         X = c.out(shape)
         gA = -tj.matmul(gB, X.mT) if left else -tj.matmul(X.mT, gB)
     return (gA, gB if c.wants_b else None)
+
+
+@derivative(SLOGDET)
+def _d_slogdet(c):
+    """The sign is piecewise constant: its gradient is zero (torch's)."""
+    return (_f.zeros(c.int(c.p) * c.int(c.p + 1) ** 2, c.dt), None)
+
+
+@derivative(SLOGDET_PART)
+def _d_slogdet_part(c):
+    """logabsdet: ``g A^-T``, to the matrix of the slogdet record it is taken from."""
+    op, a, _, p, _ = _f.producer(c)
+    batch, n = int(c.tape.ints[p]), int(c.tape.ints[p + 1])
+    if not np.all(np.isfinite(_f.value(c.out()))):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    A = _f.slot(c.tape, c.arena, a, batch * n * n, (batch, n, n))
+    return [(a, inverse(A).mT * _f.shaped(c.g, (batch, 1, 1)))]
