@@ -572,23 +572,21 @@ from tapejit.ops import _formulas as _f  # noqa: E402
 from tapejit.ops._formulas import derivative  # noqa: E402
 
 
-@derivative(rnn_layer_forward)
-def _d_rnn_layer(c):
-    """The layer's recurrence written again step by step with formulated ops (products,
-    gate activations, the state update; a packed sequence's ended rows carried over), and
-    the vjp of that, itself recorded (a nested create_graph pass over those records).  An
-    LSTM's final cell state (``lstm_c``) has no formula: a gradient through it raises."""
+def _recurrence(c, a, b, p):
+    """The layer record (operands ``a``, ``b``, ints at ``p``) written again step by step with
+    formulated ops (products, gate activations, the state update; a packed sequence's ended
+    rows carried over): its output sequence, an LSTM's final cell state, and its operands
+    as ``[(encoded operand, tensor)]``."""
     ints = c.tape.ints
-    p = c.p
     mode, T, B, H, P, reverse = (int(ints[p + i]) for i in range(6))
     listed = [int(ints[p + 7 + 2 * i]) if ints[p + 6 + 2 * i] else None for i in range(5)]
     counts = [int(n) for n in ints[p + 22:p + 22 + T]] if ints[p + 21] else [B] * T
     GH = GATES[mode] * H
-    xw = c.x(sum(counts) * GH, (sum(counts), GH))
-    w_hh = c.y(GH * P, (GH, P))
 
     def operand(enc, shape):
         return None if enc is None else _f.slot(c.tape, c.arena, enc, int(np.prod(shape)), shape)
+    xw = operand(a, (sum(counts), GH))
+    w_hh = operand(b, (GH, P))
     h0, c0, b_hh, w_hr, b_ih = (operand(enc, shape) for enc, shape in
                                 zip(listed, [(B, P), (B, H), (GH,), (P, H), (GH,)]))
     h = h0 if h0 is not None else _f.zeros(B * P, c.dt).reshape(B, P)
@@ -626,10 +624,31 @@ def _d_rnn_layer(c):
             step = (tj.tanh if mode == TANH_MODE else tj.relu)(x_t + recurrent)
         h = tj.cat([step, h[n:]]) if n < B else step
         outputs[t] = h
-    y = tj.stack(outputs)
-    operands = [(c.a, xw), (c.b, w_hh)] + list(zip(listed, (h0, c0, b_hh, w_hr, b_ih)))
+    operands = [(a, xw), (b, w_hh)] + list(zip(listed, (h0, c0, b_hh, w_hr, b_ih)))
+    return tj.stack(outputs), cell, operands
+
+
+def _vjp_through(c, result, operands):
+    """The gradients of ``operands`` (``[(encoded operand, tensor)]``) from ``c.g`` at
+    ``result``, recorded: a nested create_graph pass over the records just written."""
     wanted = [(enc, t) for enc, t in operands if t is not None and c.wants(enc)]
-    if not wanted or not y.requires_grad:
+    if not wanted or not result.requires_grad:
         return []
-    found = c.vjp([(y, _f.shaped(c.g, y.shape))], [t for _, t in wanted])
+    found = c.vjp([(result, _f.shaped(c.g, result.shape))], [t for _, t in wanted])
     return [(enc, g) for (enc, _), g in zip(wanted, found) if g is not None]
+
+
+@derivative(rnn_layer_forward)
+def _d_rnn_layer(c):
+    """The vjp of the recurrence written again (``_recurrence``)."""
+    y, _, operands = _recurrence(c, c.a, c.b, c.p)
+    return _vjp_through(c, y, operands)
+
+
+@derivative(LSTM_C)
+def _d_lstm_c(c):
+    """An LSTM's final cell state: the vjp of the recurrence of the layer record it is
+    taken from, at its last cell state."""
+    _, a, b, p, _ = _f.producer(c)
+    _, cell, operands = _recurrence(c, a, b, p)
+    return _vjp_through(c, cell, operands)
