@@ -781,3 +781,47 @@ def _d_slogdet_part(c):
         raise _f.refuse(c, "a singular or non-finite matrix")
     A = _f.slot(c.tape, c.arena, a, batch * n * n, (batch, n, n))
     return [(a, inverse(A).mT * _f.shaped(c.g, (batch, 1, 1)))]
+
+
+def _on_this_tape(c):
+    """A formula recording a part record over ``c``'s region must record on the region's
+    tape (a load from another tape copies the first result only)."""
+    from tapejit.tape import current, state
+    if (state.tape or current()) is not c.tape:
+        raise _f.refuse(c, "a create_graph pass recording on another thread's or an older tape")
+
+
+def _part_of(c, part_op, start, size, shape):
+    """A new part record of ``c``'s region (as ``linalg._decompose`` writes one): the result
+    at ``start`` as a differentiable tensor of ``shape``."""
+    from tapejit.recording import record
+    _on_this_tape(c)
+    first = c.out()
+    p = c.tape.add_ints((start, size, first._numel))
+    return record(part_op, (first,), shape, c.dt, p, 0)
+
+
+@derivative(EIGH)
+def _d_eigh(c):
+    """The eigenvalues' term of torch's formula: ``V diag(gL) V^T`` (the eigenvectors' term
+    is their part record's formula: the gradient is linear in both)."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    V = _part_of(c, EIGH_PART, c.int(c.p + 3), batch * n * n, (batch, n, n))
+    return (tj.matmul(V * _f.shaped(c.g, (batch, 1, n)), V.mT), None)
+
+
+@derivative(EIGH_PART)
+def _d_eigh_part(c):
+    """The eigenvectors' term: ``V M V^T``, ``M_ij = skew(V^T gV)_ij / (L_j - L_i)`` off the
+    diagonal, 0 on it (torch's, as the rule), to the eigh record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, n = int(c.tape.ints[p]), int(c.tape.ints[p + 1])
+    V = c.out((batch, n, n))
+    L = _f.slot(c.tape, c.arena, c.a, batch * n)
+    VtG = tj.matmul(V.mT, _f.shaped(c.g, (batch, n, n)))
+    off = ~np.eye(n, dtype=bool)
+    gaps = _f.shaped(L, (batch, 1, n)) - _f.shaped(L, (batch, n, 1))
+    if np.any(_f.value(gaps)[:, off] == 0.0):
+        raise _f.refuse(c, "repeated eigenvalues")
+    M = _f.where(np.broadcast_to(off, (batch, n, n)), 0.5 * (VtG - VtG.mT) / _f.where(~off, 1.0, gaps), 0.0)
+    return [(a, tj.matmul(tj.matmul(V, M), V.mT))]
