@@ -791,12 +791,13 @@ def _on_this_tape(c):
         raise _f.refuse(c, "a create_graph pass recording on another thread's or an older tape")
 
 
-def _part_of(c, part_op, start, size, shape):
-    """A new part record of ``c``'s region (as ``linalg._decompose`` writes one): the result
-    at ``start`` as a differentiable tensor of ``shape``."""
+def _part_of(c, part_op, start, size, shape, first=None):
+    """A new part record of the region of ``c``'s record (of ``first``, its first result,
+    for a part record's ``c``), as ``linalg._decompose`` writes one: the result at
+    ``start`` as a differentiable tensor of ``shape``."""
     from tapejit.recording import record
     _on_this_tape(c)
-    first = c.out()
+    first = c.out() if first is None else first
     p = c.tape.add_ints((start, size, first._numel))
     return record(part_op, (first,), shape, c.dt, p, 0)
 
@@ -825,3 +826,61 @@ def _d_eigh_part(c):
         raise _f.refuse(c, "repeated eigenvalues")
     M = _f.where(np.broadcast_to(off, (batch, n, n)), 0.5 * (VtG - VtG.mT) / _f.where(~off, 1.0, gaps), 0.0)
     return [(a, tj.matmul(tj.matmul(V, M), V.mT))]
+
+
+def _copyltu(M):
+    return tj.tril(M) + tj.tril(M, -1).mT
+
+
+def _qr_square_terms(Q, R, gQ, gR):
+    """torch's ``(gQ + Q copyltu(M)) R^-T``, ``M = R gR^T - gQ^T Q``, for ``m >= n``; either
+    gradient may be None (the formula is linear in them: Q's and R's terms apart)."""
+    from tapejit.ops.linalg_small import solve_triangular
+    M = None if gR is None else tj.matmul(R, gR.mT)
+    if gQ is not None:
+        M = -tj.matmul(gQ.mT, Q) if M is None else M - tj.matmul(gQ.mT, Q)
+    B = tj.matmul(Q, _copyltu(M))
+    if gQ is not None:
+        B = gQ + B
+    return solve_triangular(R.mT, B, upper=False, left=False)
+
+
+def _qr_terms(Q, R, gQ, gR, m, n):
+    """The rule's ``gA``: for ``m < n``, ``A = Q [X | Y]``: X's from ``(gQ + Y gY^T, gR_X)``
+    as for a square matrix, ``gY = Q gR_Y``."""
+    if m >= n:
+        return _qr_square_terms(Q, R, gQ, gR)
+    X = R[:, :, :m]
+    if gR is None:
+        return tj.cat([_qr_square_terms(Q, X, gQ, None), _f.zeros(Q.shape[0] * m * (n - m), Q.dtype).reshape(
+            Q.shape[0], m, n - m)], 2)
+    gY = gR[:, :, m:]
+    through_y = tj.matmul(tj.matmul(Q, R[:, :, m:]), gY.mT)
+    gQx = through_y if gQ is None else gQ + through_y
+    return tj.cat([_qr_square_terms(Q, X, gQx, gR[:, :, :m]), tj.matmul(Q, gY)], 2)
+
+
+def _qr_refuse_singular(c, R):
+    k = min(R.shape[1], R.shape[2])
+    if np.any(np.diagonal(_f.value(R)[:, :k, :k], axis1=1, axis2=2) == 0.0):
+        raise _f.refuse(c, "a rank-deficient matrix (a zero on R's diagonal)")
+
+
+@derivative(QR)
+def _d_qr(c):
+    """Q's term of torch's formula (R from a new part record over the region)."""
+    batch, m, n, k = (c.int(c.p + i) for i in range(4))
+    R = _part_of(c, QR_PART, c.int(c.p + 4), batch * k * n, (batch, k, n))
+    _qr_refuse_singular(c, R)
+    return (_qr_terms(c.out((batch, m, k)), R, _f.shaped(c.g, (batch, m, k)), None, m, n), None)
+
+
+@derivative(QR_PART)
+def _d_qr_part(c):
+    """R's term, to the qr record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, m, n, k = (int(c.tape.ints[p + i]) for i in range(4))
+    R = c.out((batch, k, n))
+    _qr_refuse_singular(c, R)
+    Q = _f.slot(c.tape, c.arena, c.a, batch * m * k, (batch, m, k))
+    return [(a, _qr_terms(Q, R, None, _f.shaped(c.g, (batch, k, n)), m, n))]
