@@ -821,9 +821,10 @@ def _d_eigh_part(c):
     L = _f.slot(c.tape, c.arena, c.a, batch * n)
     VtG = tj.matmul(V.mT, _f.shaped(c.g, (batch, n, n)))
     off = ~np.eye(n, dtype=bool)
-    gaps = _f.shaped(L, (batch, 1, n)) - _f.shaped(L, (batch, n, 1))
-    if np.any(_f.value(gaps)[:, off] == 0.0):
+    lv = _f.value(L).reshape(batch, n)   # the eigh record's result (read, not a record written here)
+    if np.any((lv[:, None, :] - lv[:, :, None])[:, off] == 0.0):
         raise _f.refuse(c, "repeated eigenvalues")
+    gaps = _f.shaped(L, (batch, 1, n)) - _f.shaped(L, (batch, n, 1))
     M = _f.where(np.broadcast_to(off, (batch, n, n)), 0.5 * (VtG - VtG.mT) / _f.where(~off, 1.0, gaps), 0.0)
     return [(a, tj.matmul(tj.matmul(V, M), V.mT))]
 
@@ -860,9 +861,10 @@ def _qr_terms(Q, R, gQ, gR, m, n):
     return tj.cat([_qr_square_terms(Q, X, gQx, gR[:, :, :m]), tj.matmul(Q, gY)], 2)
 
 
-def _qr_refuse_singular(c, R):
-    k = min(R.shape[1], R.shape[2])
-    if np.any(np.diagonal(_f.value(R)[:, :k, :k], axis1=1, axis2=2) == 0.0):
+def _qr_refuse_singular(c, r):
+    """``r``: R's values (of the record's region: not a record written by the formula)."""
+    k = min(r.shape[1], r.shape[2])
+    if np.any(np.diagonal(r[:, :k, :k], axis1=1, axis2=2) == 0.0):
         raise _f.refuse(c, "a rank-deficient matrix (a zero on R's diagonal)")
 
 
@@ -870,8 +872,9 @@ def _qr_refuse_singular(c, R):
 def _d_qr(c):
     """Q's term of torch's formula (R from a new part record over the region)."""
     batch, m, n, k = (c.int(c.p + i) for i in range(4))
+    _qr_refuse_singular(c, _f.value(_f.slot(c.tape, c.arena, ~(c.out_off + c.int(c.p + 4)), batch * k * n,
+                                            (batch, k, n))))
     R = _part_of(c, QR_PART, c.int(c.p + 4), batch * k * n, (batch, k, n))
-    _qr_refuse_singular(c, R)
     return (_qr_terms(c.out((batch, m, k)), R, _f.shaped(c.g, (batch, m, k)), None, m, n), None)
 
 
@@ -881,6 +884,70 @@ def _d_qr_part(c):
     _, a, _, p, _ = _f.producer(c)
     batch, m, n, k = (int(c.tape.ints[p + i]) for i in range(4))
     R = c.out((batch, k, n))
-    _qr_refuse_singular(c, R)
+    _qr_refuse_singular(c, _f.value(R))
     Q = _f.slot(c.tape, c.arena, c.a, batch * m * k, (batch, m, k))
     return [(a, _qr_terms(Q, R, None, _f.shaped(c.g, (batch, k, n)), m, n))]
+
+
+def _svd_factors(c, p, first, own=None):
+    """``(S, U_k, Vh_k)`` of the svd record with ints at ``p`` whose first result (S) is
+    ``first``: U and Vh are ``own`` (the part record being differentiated, with its start)
+    or new part records over the region."""
+    batch, m, n, k, ku, kv, u_at, vh_at = (int(c.tape.ints[p + i]) for i in range(8))
+    factors = {}
+    for start, size, shape in ((u_at, batch * m * ku, (batch, m, ku)), (vh_at, batch * kv * n, (batch, kv, n))):
+        if own is not None and own[0] == start:
+            factors[start] = _f.shaped(own[1], shape)
+        else:
+            factors[start] = _part_of(c, SVD_PART, start, size, shape, first)
+    return _f.shaped(first, (batch, k)), factors[u_at][:, :, :k], factors[vh_at][:, :k, :]
+
+
+def _svd_inner(c, S, skew, s_on_left):
+    """``skew_ij S_j / E_ij`` (``S_i skew_ij / E_ij``) off the diagonal, 0 on it, with
+    ``E_ij = S_j^2 - S_i^2``; repeated singular values refuse by name."""
+    batch, k = S.shape
+    off = ~np.eye(k, dtype=bool)
+    sv = _f.value(S)   # the svd record's result (read, not the records written here)
+    if np.any((sv[:, None, :] ** 2 - sv[:, :, None] ** 2)[:, off] == 0.0):
+        raise _f.refuse(c, "repeated singular values")
+    gaps = _f.shaped(S * S, (batch, 1, k)) - _f.shaped(S * S, (batch, k, 1))
+    scaled = _f.shaped(S, (batch, k, 1)) * skew if s_on_left else skew * _f.shaped(S, (batch, 1, k))
+    return _f.where(np.broadcast_to(off, (batch, k, k)), scaled / _f.where(~off, 1.0, gaps), 0.0)
+
+
+@derivative(SVD)
+def _d_svd(c):
+    """The singular values' term of torch's formula, ``U diag(gS) Vh`` (U, Vh from new part
+    records; the singular vectors' terms are their part records' formulas: the gradient is
+    linear in the three)."""
+    batch, k = c.int(c.p), c.int(c.p + 3)
+    S, U, Vh = _svd_factors(c, c.p, c.out())
+    return (tj.matmul(U * _f.shaped(c.g, (batch, 1, k)), Vh), None)
+
+
+@derivative(SVD_PART)
+def _d_svd_part(c):
+    """U's term: ``U [skew(U^T gU) S / E] Vh``, plus ``(I - U U^T) gU S^-1 Vh`` when
+    ``m > n``; Vh's: ``U [S skew(Vh gVh^T) / E] Vh``, plus ``U S^-1 gVh (I - V Vh)`` when
+    ``m < n`` (the rule's, torch's), to the svd record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, m, n, k, ku, kv, u_at, vh_at = (int(c.tape.ints[p + i]) for i in range(8))
+    start = int(c.tape.ints[c.p])
+    first = _f.slot(c.tape, c.arena, c.a, batch * k)
+    S, U, Vh = _svd_factors(c, p, first, (start, c.out()))
+    if start == u_at:
+        gU = _f.shaped(c.g, (batch, m, ku))[:, :, :k]
+        UtgU = tj.matmul(U.mT, gU)
+        ga = tj.matmul(U, _svd_inner(c, S, UtgU - UtgU.mT, False))
+        if m > n:
+            gus = gU / _f.shaped(S, (batch, 1, k))
+            ga = ga + gus - tj.matmul(U, tj.matmul(U.mT, gus))
+        return [(a, tj.matmul(ga, Vh))]
+    gVh = _f.shaped(c.g, (batch, kv, n))[:, :k, :]
+    VhgV = tj.matmul(Vh, gVh.mT)
+    ga = tj.matmul(_svd_inner(c, S, VhgV - VhgV.mT, True), Vh)
+    if m < n:
+        sgv = gVh / _f.shaped(S, (batch, k, 1))
+        ga = ga + sgv - tj.matmul(tj.matmul(sgv, Vh.mT), Vh)
+    return [(a, tj.matmul(U, ga))]
