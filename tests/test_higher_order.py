@@ -134,7 +134,7 @@ def test_second_derivative_matches_torch(op, label, fn, inputs):
 
 
 def test_every_differentiable_op_has_a_formula():
-    """An op added without a ``@derivative`` formula (README, "Adding an op") fails here."""
+    """An op added without a ``@derivative`` formula (README, "How it works") fails here."""
     missing = [op.name for op in registry.OPS if op.kind not in ("load", "cast") and formula_of(op) is None]
     assert missing == []
 
