@@ -5,7 +5,7 @@ Design.  The plain backward is the compiled sweep (``tapejit/engine.py``), untou
 flag is tested on its hot path, so it is no slower.  With ``create_graph=True`` the engine
 hands the pass to ``run`` here instead: a Python-level reverse walk over the graph's
 records that applies each op's *derivative formula* (one ``@derivative(OP)`` function per
-op, at the end of the op's module: ``tapejit/ops/_formulas.py``).  A formula is
+op, at the end of the op's module in ``tapejit/ops/``; see ``tapejit/ops/_formulas.py``).  A formula is
 written with tapejit's own recorded ops, so the gradients it returns are ordinary tensors
 on the tape, with a ``grad_fn``: they can be differentiated again by the compiled sweep
 (second order) or by another ``create_graph`` pass (any order).
