@@ -4,8 +4,8 @@ create_graph=True)``.
 Design.  The plain backward is the compiled sweep (``tapejit/engine.py``), untouched: no
 flag is tested on its hot path, so it is no slower.  With ``create_graph=True`` the engine
 hands the pass to ``run`` here instead: a Python-level reverse walk over the graph's
-records that applies each op's *derivative formula* (``tapejit/autograd/derivatives.py``,
-one ``@derivative(OP)`` function per op, in the order of the op modules).  A formula is
+records that applies each op's *derivative formula* (one ``@derivative(OP)`` function per
+op, at the end of the op's module in ``tapejit/ops/``; see ``tapejit/ops/_formulas.py``).  A formula is
 written with tapejit's own recorded ops, so the gradients it returns are ordinary tensors
 on the tape, with a ``grad_fn``: they can be differentiated again by the compiled sweep
 (second order) or by another ``create_graph`` pass (any order).
@@ -29,34 +29,14 @@ import sys
 
 import numpy as np
 
-from tapejit import dtypes, engine, registry
+from tapejit import engine, registry
 from tapejit.engine import FREED, _refresh_stale
 from tapejit.ops.core import CAST, LOAD
+from tapejit.ops._formulas import ARENA_DTYPE as _ARENA_DTYPE, formula_of, shaped, slot, unsupported
 from tapejit.grad_mode import enable_grad
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import state
-from tapejit.tensor import Tensor, _concrete, _taped
-
-FORMULAS = {}   # op name -> formula(ctx) -> (grad of a, grad of b) or [(encoded operand, grad)]
-
-
-def derivative(*ops):
-    """``@derivative(EXP)``: the formula applied to records of ``ops`` by create_graph passes."""
-    def register(fn):
-        for op in ops:
-            FORMULAS[op.name] = fn
-        return fn
-    return register
-
-
-_ARENA_DTYPE = (dtypes.float64, dtypes.float32)
-
-
-def slot(tape, arena, enc, n, shape=None):
-    """The value in slot ``enc`` (an operand field: ``~off`` when it takes no gradient) as a
-    tensor on ``tape``; flat unless ``shape`` is given."""
-    off = enc if enc >= 0 else ~enc
-    return _taped(tape, off, (n,) if shape is None else tuple(shape), n, _ARENA_DTYPE[arena], enc >= 0)
+from tapejit.tensor import Tensor, _concrete
 
 
 class Ctx:
@@ -115,24 +95,10 @@ class Ctx:
     def wants_b(self):
         return self.wants(self.b)
 
-
-def unsupported(op):
-    return NotImplementedError(
-        f"tapejit: the derivative of {op.node} (op {op.name!r}) is not implemented for "
-        f"create_graph=True (double backward); its first derivative is, through the plain "
-        f"backward. See README, 'Higher-order derivatives', for the ops that support it.")
-
-
-def shaped(t, shape):
-    """``t`` with another shape of the same element count.  A taped tensor's slot is
-    contiguous, so this is a second tensor over the same slot (no record: its gradient
-    is the slot's); a reshape record would copy the values on every pass."""
-    shape = tuple(shape)
-    if t._shape == shape:
-        return t
-    if t._tape is None:
-        return t.reshape(shape)
-    return _taped(t._tape, t._off, shape, t._numel, t._dtype, t._rg)
+    def vjp(self, seeds, targets):
+        """A nested create_graph pass over records a formula wrote (``run``'s gradients of
+        ``targets``): for formulas that write the op's forward again and differentiate it."""
+        return run(seeds, targets, accumulate=False)
 
 
 def _flat(t):
@@ -148,8 +114,6 @@ def run(seeds, targets, accumulate):
     """The create_graph pass: ``seeds`` are ``[(output tensor, gradient tensor)]``;
     returns the gradients of ``targets`` (tensors) as tensors (None where unused), and with
     ``accumulate`` adds the leaves' gradients to their ``.grad``."""
-    # imported on first use: ~150 formula definitions that a program without create_graph never needs
-    from tapejit.autograd import derivatives  # noqa: F401  (registers the formulas)
     if not state.grad:
         # torch records the backward pass when create_graph is set, whatever the grad mode
         with enable_grad():
@@ -269,7 +233,7 @@ def _walk(tape, adj, targets, target_ids, found, accumulate, deliver):
                 src_arena = 1 - arena
                 _add(adj, (src_arena, row[2]), g.to(_ARENA_DTYPE[src_arena]))
             continue
-        formula = FORMULAS.get(op.name)
+        formula = formula_of(op)
         if formula is None:
             raise unsupported(op)
         ctx = Ctx(tape, r, op, row, g, marked)

@@ -716,3 +716,114 @@ def copy_(input, src, non_blocking=False):
             return record_binary(COPY, input, src)
         return _expand_to(src, input._shape) if src._shape != input._shape else src
     return apply_inplace(input, copied, "copy_")
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+@derivative(ADD)
+def _d_add(c):
+    return _f.pair(c, c.g, c.g)
+
+
+derivative(SUB_SCALAR)(_u._d_identity)   # x - c runs add_scalar's kernels
+
+
+@derivative(SUB)
+def _d_sub(c):
+    return _f.pair(c, c.g, -c.g)
+
+
+@derivative(MUL)
+def _d_mul(c):
+    x, y = _f.binary_operands(c)
+    return _f.pair(c, c.g * y if c.wants_a else None, c.g * x if c.wants_b else None)
+
+
+@derivative(COPY)
+def _d_copy(c):
+    return _f.pair(c, c.g * 0.0 if c.wants_a else None, c.g)
+
+
+@derivative(DIV)
+def _d_div(c):
+    x, y = _f.binary_operands(c)
+    gx = c.g / y
+    return _f.pair(c, gx, -gx * x / y if c.wants_b else None)
+
+
+@derivative(POW)
+def _d_pow(c):
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    gx = gy = None
+    if c.wants_a:
+        gx = _f.where(yv == 0.0, 0.0, c.g * y * x ** (y - 1.0))
+    if c.wants_b:
+        with np.errstate(divide="ignore"):
+            gy = _f.where((xv == 0.0) & (yv >= 0.0), 0.0 * c.g, c.g * c.out() * tj.log(x))
+    return _f.pair(c, gx, gy)
+
+
+def _d_extreme(c, larger):
+    """maximum/minimum: the larger (smaller) operand gets g, ties split it (PyTorch's)."""
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    x_wins = xv > yv if larger else xv < yv
+    y_wins = yv > xv if larger else yv < xv
+    tie = xv == yv
+    gx = _f.where(x_wins, c.g, _f.where(tie, c.g * 0.5, 0.0)) if c.wants_a else None
+    gy = _f.where(y_wins, c.g, _f.where(tie, c.g * 0.5, 0.0)) if c.wants_b else None
+    return _f.pair(c, gx, gy)
+
+
+@derivative(MAXIMUM)
+def _d_maximum(c):
+    return _d_extreme(c, True)
+
+
+@derivative(MINIMUM)
+def _d_minimum(c):
+    return _d_extreme(c, False)
+
+
+@derivative(CLAMP_MIN_TENSOR)
+def _d_clamp_min_tensor(c):
+    x, y = _f.binary_operands(c)
+    keep = np.broadcast_arrays(_f.value(x), _f.value(y))
+    keep = keep[0] >= keep[1]
+    return _f.pair(c, _f.where(keep, c.g, 0.0), _f.where(keep, 0.0, c.g))
+
+
+@derivative(CLAMP_MAX_TENSOR)
+def _d_clamp_max_tensor(c):
+    x, y = _f.binary_operands(c)
+    keep = np.broadcast_arrays(_f.value(x), _f.value(y))
+    keep = keep[0] <= keep[1]
+    return _f.pair(c, _f.where(keep, c.g, 0.0), _f.where(keep, 0.0, c.g))
+
+
+@derivative(REMAINDER, REMAINDER_SCALAR)
+def _d_remainder(c):
+    x, y = _f.binary_operands(c)
+    with np.errstate(all="ignore"):
+        quotient = np.floor_divide(*np.broadcast_arrays(_f.value(x), _f.value(y)))
+    return _f.pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+@derivative(FMOD, FMOD_SCALAR)
+def _d_fmod(c):
+    x, y = _f.binary_operands(c)
+    with np.errstate(all="ignore"):
+        quotient = np.trunc(np.divide(*np.broadcast_arrays(_f.value(x), _f.value(y))))
+    return _f.pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+# lerp is recorded as its last step, an add (``same_kernels`` of ADD)

@@ -517,3 +517,69 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return _convolution("conv_transpose2d", input, weight, bias, stride, padding, dilation, groups, 2,
                         True, output_padding)
 
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+def _im2col_positions(channels, height, width, kh, kw, sh, sw, ph, pw, dh, dw, gh, gw):
+    """``(channels*kh*kw, gh*gw)``: the image position (in a block of ``channels`` planes of
+    ``height x width``) under each tap of each window of a ``gh x gw`` grid; -1 outside."""
+    ch = np.arange(channels)[:, None, None, None, None]
+    ki = np.arange(kh)[None, :, None, None, None]
+    kj = np.arange(kw)[None, None, :, None, None]
+    row = np.arange(gh)[None, None, None, :, None] * sh - ph + ki * dh
+    col = np.arange(gw)[None, None, None, None, :] * sw - pw + kj * dw
+    inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
+    return np.where(inside, ch * (height * width) + row * width + col, -1).reshape(channels * kh * kw, gh * gw)
+
+
+def _grouped_positions(batch, groups, block, positions):
+    """``positions`` of one group's image block repeated for every sample and group, in the
+    flat image of ``batch * groups`` blocks; outside positions read/write one past its end."""
+    size = batch * groups * block
+    base = np.arange(batch * groups, dtype=np.int64).reshape(batch, groups, 1, 1) * block
+    full = base + positions[None, None]
+    return np.where(positions[None, None] < 0, size, full), size
+
+
+@derivative(CONV)
+def _d_convolution(c):
+    """The rule's products, recorded: ``cols = im2col`` is a gather (zero outside the image),
+    ``col2im`` its transpose, a scatter_add; the products are batched matmuls per group."""
+    (N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo, transposed, has_bias,
+     bias) = (c.int(c.p + i) for i in range(19))
+    g = c.g
+    x = c.x(N * C * H * W)
+    result = []
+    if not transposed:
+        cg, og, taps, grid = C // groups, O // groups, C // groups * kh * kw, ho * wo
+        where, size = _grouped_positions(N, groups, cg * H * W,
+                                         _im2col_positions(cg, H, W, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo))
+        g4 = _f.shaped(g, (N, groups, og, grid))
+        if c.wants_b:
+            cols = _f.gather(tj.cat([x, _f.zeros(1, c.dt)]), where)   # (N, groups, taps, grid)
+            result.append((c.b, tj.matmul(g4, cols.transpose(2, 3)).sum(0)))
+        if c.wants_a:
+            w = c.y(O * taps, (1, groups, og, taps))
+            dcols = tj.matmul(w.transpose(2, 3), g4)
+            result.append((c.a, _f.scatter_add(dcols, where, size + 1)[:size]))
+    else:
+        cg, og, grid = C // groups, O // groups, H * W
+        taps = og * kh * kw
+        where, size = _grouped_positions(N, groups, og * ho * wo,
+                                         _im2col_positions(og, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw, H, W))
+        dcols = _f.gather(tj.cat([g, _f.zeros(1, c.dt)]), where)   # (N, groups, taps, grid)
+        if c.wants_b:
+            result.append((c.b, tj.matmul(_f.shaped(x, (N, groups, cg, grid)), dcols.transpose(2, 3)).sum(0)))
+        if c.wants_a:
+            result.append((c.a, tj.matmul(c.y(C * taps, (1, groups, cg, taps)), dcols)))
+    if has_bias and c.wants(bias):
+        result.append((bias, _f.shaped(g, (N, O, ho * wo)).sum((0, 2))))
+    return result

@@ -225,3 +225,62 @@ CUMSUM = same_kernels(
     samples=cases(("cumsum", lambda tj, x: x.cumsum(0), [(3, 4)], anywhere),
                   ("cumsum_neg", lambda tj, x: tj.cumsum(x, -1), [(2, 3, 2)], anywhere),
                   ("cumsum_scalar", lambda tj, x: tj.cumsum(x, 0), [()], anywhere)))
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(CUMSUM)
+def _d_cumsum(c):
+    outer, length, inner, kind = (c.int(c.p + i) for i in range(4))
+    if kind != 0:
+        raise _f.refuse(c, "cumprod")
+    g = _f.shaped(c.g, (outer, length, inner))
+    return (tj.flip(tj.cumsum(tj.flip(g, (1,)), 1), (1,)), None)
+
+
+@derivative(CUMPROD)
+def _d_cumprod(c):
+    """Without zeros: dx_j = (sum over k >= j of g_k y_k) / x_j.  With zeros, exactly and
+    without division: dx_j = sum over k >= j of g_k times the cumulative product up to k
+    of the slice with x_j replaced by 1 (one such slice per j)."""
+    outer, length, inner, kind = (c.int(c.p + i) for i in range(4))
+    shape = (outer, length, inner)
+    x = c.x(shape=shape)
+    g = _f.shaped(c.g, shape)
+    if not np.any(_f.value(x) == 0.0):
+        gy = g * c.out(shape)
+        return (tj.flip(tj.cumsum(tj.flip(gy, (1,)), 1), (1,)) / x, None)
+    full = (outer, length, length, inner)   # (., j, k, .)
+    eye = np.broadcast_to(np.eye(length, dtype=bool).reshape(1, length, length, 1), full)
+    later = np.broadcast_to(np.triu(np.ones((length, length), dtype=bool)).reshape(1, length, length, 1), full)
+    others = tj.cumprod(_f.where(eye, 1.0, x.unsqueeze(1).expand(*full)), 2)
+    return (_f.where(later, others * g.unsqueeze(1), 0.0).sum(2), None)
+
+
+@derivative(place_forward)
+def _d_place(c):
+    ints = c.tape.ints
+    p = c.p
+    mode, has_base, n, size, src_size = (int(ints[p + i]) for i in range(5))
+    dest = ints[p + 5:p + 5 + n].copy()
+    src = ints[p + 5 + n:p + 5 + 2 * n].copy()
+    result = []
+    if has_base and c.wants_a:
+        if mode == 1:
+            base_grad = c.g
+        else:   # the positions written over take no gradient
+            written = np.zeros(size, bool)
+            written[dest] = True
+            base_grad = _f.where(written, 0.0, c.g)
+        result.append((c.a, base_grad))
+    src_enc = c.b if has_base else c.a
+    if mode != 2 and c.wants(src_enc):
+        result.append((src_enc, _f.scatter_add(_f.gather(c.g, dest), src, src_size)))
+    return result

@@ -286,3 +286,38 @@ def linear(input, weight, bias=None):
         out = record(LINEAR, (input, weight), (m, n), dt, p, 0, listed_rg=bias._rg and _state.grad)
     # Other input ranks: torch views the 2-D product back to the batch shape (ViewBackward0).
     return out if len(xs) == 2 else out.reshape(xs[:-1] + (n,))
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(bmm_forward)
+def _d_bmm(c):
+    batch, m, k, n = (c.int(c.p + i) for i in range(4))
+    g = _f.shaped(c.g, (batch, m, n))
+    ga = gb = None
+    if c.wants_a:
+        ga = tj.matmul(g, c.y(batch * k * n, (batch, k, n)).transpose(1, 2))
+    if c.wants_b:
+        gb = tj.matmul(c.x(batch * m * k, (batch, m, k)).transpose(1, 2), g)
+    return (ga, gb)
+
+
+@derivative(linear_forward)
+def _d_linear(c):
+    m, k, n, has_bias, bias = (c.int(c.p + i) for i in range(5))
+    g = _f.shaped(c.g, (m, n))
+    result = []
+    if c.wants_a:
+        result.append((c.a, tj.matmul(g, c.y(n * k, (n, k)))))
+    if c.wants_b:
+        result.append((c.b, tj.matmul(g.t(), c.x(m * k, (m, k)))))
+    if has_bias and c.wants(bias):
+        result.append((bias, g.sum(0)))
+    return result

@@ -710,3 +710,252 @@ def slogdet(input):
 @export(method=True)
 def logdet(input):
     return above.logdet(input)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(INV)
+def _d_inv(c):
+    """-Y^T G Y^T with Y = inv(A); a singular (NaN) inverse raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    y = c.out((batch, n, n))
+    if not np.all(np.isfinite(_f.value(y))):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    yt = y.transpose(1, 2)
+    return (-tj.matmul(tj.matmul(yt, _f.shaped(c.g, (batch, n, n))), yt), None)
+
+
+@derivative(DET)
+def _d_det(c):
+    """g det(A) inv(A)^T; a singular matrix (det 0: torch goes through an SVD) raises."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    x = c.x(batch * n * n, (batch, n, n))
+    d = _f.value(c.out())
+    if not np.all(np.isfinite(d)) or np.any(d == 0.0):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    scale = _f.shaped(c.g * c.out(), (batch, 1, 1))
+    return (scale * inverse(x).transpose(1, 2), None)
+
+
+def _solved(A, B, left):
+    """``A X = B`` (``X A = B`` unless ``left``) of ``(batch, n, n)`` and ``(batch, n, k)``
+    (``(batch, k, n)``): a solve record, as ``linalg.solve`` writes it."""
+    from tapejit.recording import eager, on_tape, record
+    from tapejit.tape import current, state
+    if not on_tape(A, B):
+        return eager(_solved, A, B, left)
+    batch, n = A.shape[0], A.shape[1]
+    tape = state.tape or current()
+    p = tape.add_ints((batch, n, B.shape[2] if left else B.shape[1], int(left)))
+    return record(SOLVE, (A, B), tuple(B.shape), A._dtype, p, 0)
+
+
+@derivative(SOLVE)
+def _d_solve(c):
+    """``A X = B``: ``gB = A^-T gX``, ``gA = -gB X^T``; ``X A = B``: ``gB = gX A^-T``,
+    ``gA = -X^T gB`` (the rule's, with recorded solves)."""
+    batch, n, k, left = (c.int(c.p + i) for i in range(4))
+    shape = (batch, n, k) if left else (batch, k, n)
+    A = c.x(batch * n * n, (batch, n, n))
+    if not np.all(np.isfinite(_f.value(c.out(shape)))):
+        raise _f.refuse(c, "a singular or non-finite system")
+    gB = _solved(A.mT, _f.shaped(c.g, shape), left)
+    gA = None
+    if c.wants_a:
+        X = c.out(shape)
+        gA = -tj.matmul(gB, X.mT) if left else -tj.matmul(X.mT, gB)
+    return (gA, gB if c.wants_b else None)
+
+
+@derivative(SLOGDET)
+def _d_slogdet(c):
+    """The sign is piecewise constant: its gradient is zero (torch's)."""
+    return (_f.zeros(c.int(c.p) * c.int(c.p + 1) ** 2, c.dt), None)
+
+
+@derivative(SLOGDET_PART)
+def _d_slogdet_part(c):
+    """logabsdet: ``g A^-T``, to the matrix of the slogdet record it is taken from."""
+    op, a, _, p, _ = _f.producer(c)
+    batch, n = int(c.tape.ints[p]), int(c.tape.ints[p + 1])
+    if not np.all(np.isfinite(_f.value(c.out()))):
+        raise _f.refuse(c, "a singular or non-finite matrix")
+    A = _f.slot(c.tape, c.arena, a, batch * n * n, (batch, n, n))
+    return [(a, inverse(A).mT * _f.shaped(c.g, (batch, 1, 1)))]
+
+
+def _on_this_tape(c):
+    """A formula recording a part record over ``c``'s region must record on the region's
+    tape (a load from another tape copies the first result only)."""
+    from tapejit.tape import current, state
+    if (state.tape or current()) is not c.tape:
+        raise _f.refuse(c, "a create_graph pass recording on another thread's or an older tape")
+
+
+def _part_of(c, part_op, start, size, shape, first=None):
+    """A new part record of the region of ``c``'s record (of ``first``, its first result,
+    for a part record's ``c``), as ``linalg._decompose`` writes one: the result at
+    ``start`` as a differentiable tensor of ``shape``."""
+    from tapejit.recording import record
+    _on_this_tape(c)
+    first = c.out() if first is None else first
+    p = c.tape.add_ints((start, size, first._numel))
+    return record(part_op, (first,), shape, c.dt, p, 0)
+
+
+@derivative(EIGH)
+def _d_eigh(c):
+    """The eigenvalues' term of torch's formula: ``V diag(gL) V^T`` (the eigenvectors' term
+    is their part record's formula: the gradient is linear in both)."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    V = _part_of(c, EIGH_PART, c.int(c.p + 3), batch * n * n, (batch, n, n))
+    return (tj.matmul(V * _f.shaped(c.g, (batch, 1, n)), V.mT), None)
+
+
+@derivative(EIGH_PART)
+def _d_eigh_part(c):
+    """The eigenvectors' term: ``V M V^T``, ``M_ij = skew(V^T gV)_ij / (L_j - L_i)`` off the
+    diagonal, 0 on it (torch's, as the rule), to the eigh record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, n = int(c.tape.ints[p]), int(c.tape.ints[p + 1])
+    V = c.out((batch, n, n))
+    L = _f.slot(c.tape, c.arena, c.a, batch * n)
+    VtG = tj.matmul(V.mT, _f.shaped(c.g, (batch, n, n)))
+    off = ~np.eye(n, dtype=bool)
+    lv = _f.value(L).reshape(batch, n)   # the eigh record's result (read, not a record written here)
+    if np.any((lv[:, None, :] - lv[:, :, None])[:, off] == 0.0):
+        raise _f.refuse(c, "repeated eigenvalues")
+    gaps = _f.shaped(L, (batch, 1, n)) - _f.shaped(L, (batch, n, 1))
+    M = _f.where(np.broadcast_to(off, (batch, n, n)), 0.5 * (VtG - VtG.mT) / _f.where(~off, 1.0, gaps), 0.0)
+    return [(a, tj.matmul(tj.matmul(V, M), V.mT))]
+
+
+def _copyltu(M):
+    return tj.tril(M) + tj.tril(M, -1).mT
+
+
+def _qr_square_terms(Q, R, gQ, gR):
+    """torch's ``(gQ + Q copyltu(M)) R^-T``, ``M = R gR^T - gQ^T Q``, for ``m >= n``; either
+    gradient may be None (the formula is linear in them: Q's and R's terms apart)."""
+    from tapejit.ops.linalg_small import solve_triangular
+    M = None if gR is None else tj.matmul(R, gR.mT)
+    if gQ is not None:
+        M = -tj.matmul(gQ.mT, Q) if M is None else M - tj.matmul(gQ.mT, Q)
+    B = tj.matmul(Q, _copyltu(M))
+    if gQ is not None:
+        B = gQ + B
+    return solve_triangular(R.mT, B, upper=False, left=False)
+
+
+def _qr_terms(Q, R, gQ, gR, m, n):
+    """The rule's ``gA``: for ``m < n``, ``A = Q [X | Y]``: X's from ``(gQ + Y gY^T, gR_X)``
+    as for a square matrix, ``gY = Q gR_Y``."""
+    if m >= n:
+        return _qr_square_terms(Q, R, gQ, gR)
+    X = R[:, :, :m]
+    if gR is None:
+        return tj.cat([_qr_square_terms(Q, X, gQ, None), _f.zeros(Q.shape[0] * m * (n - m), Q.dtype).reshape(
+            Q.shape[0], m, n - m)], 2)
+    gY = gR[:, :, m:]
+    through_y = tj.matmul(tj.matmul(Q, R[:, :, m:]), gY.mT)
+    gQx = through_y if gQ is None else gQ + through_y
+    return tj.cat([_qr_square_terms(Q, X, gQx, gR[:, :, :m]), tj.matmul(Q, gY)], 2)
+
+
+def _qr_refuse_singular(c, r):
+    """``r``: R's values (of the record's region: not a record written by the formula)."""
+    k = min(r.shape[1], r.shape[2])
+    if np.any(np.diagonal(r[:, :k, :k], axis1=1, axis2=2) == 0.0):
+        raise _f.refuse(c, "a rank-deficient matrix (a zero on R's diagonal)")
+
+
+@derivative(QR)
+def _d_qr(c):
+    """Q's term of torch's formula (R from a new part record over the region)."""
+    batch, m, n, k = (c.int(c.p + i) for i in range(4))
+    _qr_refuse_singular(c, _f.value(_f.slot(c.tape, c.arena, ~(c.out_off + c.int(c.p + 4)), batch * k * n,
+                                            (batch, k, n))))
+    R = _part_of(c, QR_PART, c.int(c.p + 4), batch * k * n, (batch, k, n))
+    return (_qr_terms(c.out((batch, m, k)), R, _f.shaped(c.g, (batch, m, k)), None, m, n), None)
+
+
+@derivative(QR_PART)
+def _d_qr_part(c):
+    """R's term, to the qr record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, m, n, k = (int(c.tape.ints[p + i]) for i in range(4))
+    R = c.out((batch, k, n))
+    _qr_refuse_singular(c, _f.value(R))
+    Q = _f.slot(c.tape, c.arena, c.a, batch * m * k, (batch, m, k))
+    return [(a, _qr_terms(Q, R, None, _f.shaped(c.g, (batch, k, n)), m, n))]
+
+
+def _svd_factors(c, p, first, own=None):
+    """``(S, U_k, Vh_k)`` of the svd record with ints at ``p`` whose first result (S) is
+    ``first``: U and Vh are ``own`` (the part record being differentiated, with its start)
+    or new part records over the region."""
+    batch, m, n, k, ku, kv, u_at, vh_at = (int(c.tape.ints[p + i]) for i in range(8))
+    factors = {}
+    for start, size, shape in ((u_at, batch * m * ku, (batch, m, ku)), (vh_at, batch * kv * n, (batch, kv, n))):
+        if own is not None and own[0] == start:
+            factors[start] = _f.shaped(own[1], shape)
+        else:
+            factors[start] = _part_of(c, SVD_PART, start, size, shape, first)
+    return _f.shaped(first, (batch, k)), factors[u_at][:, :, :k], factors[vh_at][:, :k, :]
+
+
+def _svd_inner(c, S, skew, s_on_left):
+    """``skew_ij S_j / E_ij`` (``S_i skew_ij / E_ij``) off the diagonal, 0 on it, with
+    ``E_ij = S_j^2 - S_i^2``; repeated singular values refuse by name."""
+    batch, k = S.shape
+    off = ~np.eye(k, dtype=bool)
+    sv = _f.value(S)   # the svd record's result (read, not the records written here)
+    if np.any((sv[:, None, :] ** 2 - sv[:, :, None] ** 2)[:, off] == 0.0):
+        raise _f.refuse(c, "repeated singular values")
+    gaps = _f.shaped(S * S, (batch, 1, k)) - _f.shaped(S * S, (batch, k, 1))
+    scaled = _f.shaped(S, (batch, k, 1)) * skew if s_on_left else skew * _f.shaped(S, (batch, 1, k))
+    return _f.where(np.broadcast_to(off, (batch, k, k)), scaled / _f.where(~off, 1.0, gaps), 0.0)
+
+
+@derivative(SVD)
+def _d_svd(c):
+    """The singular values' term of torch's formula, ``U diag(gS) Vh`` (U, Vh from new part
+    records; the singular vectors' terms are their part records' formulas: the gradient is
+    linear in the three)."""
+    batch, k = c.int(c.p), c.int(c.p + 3)
+    S, U, Vh = _svd_factors(c, c.p, c.out())
+    return (tj.matmul(U * _f.shaped(c.g, (batch, 1, k)), Vh), None)
+
+
+@derivative(SVD_PART)
+def _d_svd_part(c):
+    """U's term: ``U [skew(U^T gU) S / E] Vh``, plus ``(I - U U^T) gU S^-1 Vh`` when
+    ``m > n``; Vh's: ``U [S skew(Vh gVh^T) / E] Vh``, plus ``U S^-1 gVh (I - V Vh)`` when
+    ``m < n`` (the rule's, torch's), to the svd record's matrix."""
+    _, a, _, p, _ = _f.producer(c)
+    batch, m, n, k, ku, kv, u_at, vh_at = (int(c.tape.ints[p + i]) for i in range(8))
+    start = int(c.tape.ints[c.p])
+    first = _f.slot(c.tape, c.arena, c.a, batch * k)
+    S, U, Vh = _svd_factors(c, p, first, (start, c.out()))
+    if start == u_at:
+        gU = _f.shaped(c.g, (batch, m, ku))[:, :, :k]
+        UtgU = tj.matmul(U.mT, gU)
+        ga = tj.matmul(U, _svd_inner(c, S, UtgU - UtgU.mT, False))
+        if m > n:
+            gus = gU / _f.shaped(S, (batch, 1, k))
+            ga = ga + gus - tj.matmul(U, tj.matmul(U.mT, gus))
+        return [(a, tj.matmul(ga, Vh))]
+    gVh = _f.shaped(c.g, (batch, kv, n))[:, :k, :]
+    VhgV = tj.matmul(Vh, gVh.mT)
+    ga = tj.matmul(_svd_inner(c, S, VhgV - VhgV.mT, True), Vh)
+    if m < n:
+        sgv = gVh / _f.shaped(S, (batch, k, 1))
+        ga = ga + sgv - tj.matmul(tj.matmul(sgv, Vh.mT), Vh)
+    return [(a, tj.matmul(U, ga))]

@@ -280,3 +280,36 @@ def _solve_lower(A, B, batch, n, k, batch_shape):
     tape = _state.tape or _current()
     p = tape.add_ints((batch, n, k))
     return record(SOLVE_TRIANGULAR, (A, B), batch_shape + (n, k), A._dtype, p, 0)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(CHOLESKY)
+def _d_cholesky(c):
+    """torch's: ``gA = L^-T Phi(L^T gL) L^-1``, ``Phi`` the lower triangle symmetrised with
+    its diagonal halved (the rule's), as recorded triangular solves."""
+    batch, n = c.int(c.p), c.int(c.p + 1)
+    L = c.out((batch, n, n))
+    if not np.all(np.isfinite(_f.value(L))):
+        raise _f.refuse(c, "a matrix that is not positive-definite (a NaN factor)")
+    P = tj.tril(tj.matmul(L.mT, _f.shaped(c.g, (batch, n, n))))
+    phi = 0.5 * (P + tj.tril(P, -1).mT)
+    Z = solve_triangular(L.mT, phi, upper=True)
+    return (solve_triangular(L.mT, Z.mT, upper=True).mT, None)
+
+
+@derivative(SOLVE_TRIANGULAR)
+def _d_solve_triangular(c):
+    """``gB = L^-T gX`` (an upper solve with ``L^T``), ``gL = -tril(gB X^T)``."""
+    batch, n, k = c.int(c.p), c.int(c.p + 1), c.int(c.p + 2)
+    L = c.x(batch * n * n, (batch, n, n))
+    gB = solve_triangular(L.mT, _f.shaped(c.g, (batch, n, k)), upper=True)
+    gL = -tj.tril(tj.matmul(gB, c.out((batch, n, k)).mT)) if c.wants_a else None
+    return (gL, gB if c.wants_b else None)

@@ -297,3 +297,74 @@ def where_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 WHERE = define_kernel("where", "WhereBackward0", where_forward, where_backward, saves=False,
                       samples=cases(("where", lambda tj, x, y: tj.where(x > 0, x, y), [(3, 4), (3, 4)], anywhere),
                                     ("where_b", lambda tj, x, y: tj.where(x > 0, x, y), [(3, 4), (4,)], anywhere)))
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(copy_range_forward)
+def _d_copy_range(c):
+    start, count, size = ~c.b, c.p, c.q
+    if start == 0 and count == size:
+        return (c.g, None)
+    # zeros, g, zeros: contiguous copies (a cat), cheaper than a scatter of every position
+    parts = [c.g]
+    if start:
+        parts.insert(0, _f.zeros(start, c.dt))
+    if size - start - count:
+        parts.append(_f.zeros(size - start - count, c.dt))
+    return (tj.cat(parts), None)
+
+
+def _d_strided_positions(ints, p):
+    nd = int(ints[p])
+    start = int(ints[p + 1])
+    sizes = ints[p + 3:p + 3 + nd]
+    strides = ints[p + 3 + nd:p + 3 + 2 * nd]
+    pos = np.full(tuple(int(s) for s in sizes), start, np.int64)
+    for d in range(nd):
+        shape = [1] * nd
+        shape[d] = int(sizes[d])
+        pos = pos + (np.arange(int(sizes[d])) * int(strides[d])).reshape(shape)
+    return pos.reshape(-1), int(ints[p + 2])
+
+
+@derivative(strided_forward)
+def _d_strided(c):
+    positions, size = _d_strided_positions(c.tape.ints, c.p)
+    return (_f.scatter_add(c.g, positions, size), None)
+
+
+@derivative(gather_forward)
+def _d_gathered(c):
+    positions = c.ints(c.p + 2, c.q)
+    return (_f.scatter_add(c.g, positions, c.int(c.p + 1)), None)
+
+
+@derivative(cat_forward)
+def _d_cat(c):
+    k, outer = c.int(c.p), c.int(c.p + 1)
+    inners = [c.int(c.p + 3 + 2 * j) for j in range(k)]
+    total = sum(inners)
+    g = _f.shaped(c.g, (outer, total))
+    result = []
+    at = 0
+    for j, inner in enumerate(inners):
+        enc = c.int(c.p + 2 + 2 * j)
+        if c.wants(enc):
+            result.append((enc, g[:, at:at + inner]))
+        at += inner
+    return result
+
+
+@derivative(WHERE)
+def _d_where_op(c):
+    mask = c.ints(c.p + 1, c.q) != 0
+    return (_f.where(mask, c.g, 0.0) if c.wants_a else None,
+            _f.where(mask, 0.0, c.g) if c.wants_b else None)

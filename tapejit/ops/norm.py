@@ -230,3 +230,46 @@ def normalize(op, input, weight, bias, mean, var, eps, layout):
     inputs = (input,) if weight is None else (input, weight)
     return record(op, inputs, input._shape, dt, p, q,
                   listed_rg=bias is not None and bias._rg and _state.grad)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(normalize_forward)
+def _d_normalize(c):
+    """Batch, instance, group and layer norm: the record's forward written again with
+    formulated ops (mean, variance, rsqrt, gathers of the weights), and the vjp of that,
+    itself recorded (a nested create_graph pass over those few records)."""
+    P, Q, S, mq, ma, ds, nw, given, has_w, has_b, bias, mean_at, var_at = (c.int(c.p + i) for i in range(13))
+    eps = c.float(c.q)
+    x = c.x(P * Q * S, (P, Q, S))
+    w = c.y(nw) if has_w else None
+    b = _f.slot(c.tape, c.arena, bias, nw) if has_b else None
+    stats = []
+    if given:
+        per_q = np.arange(Q) % mq
+        stats = [_f.slot(c.tape, c.arena, mean_at, mq), _f.slot(c.tape, c.arena, var_at, mq)]
+        mean = _f.shaped(_f.gather(stats[0], per_q), (1, Q, 1))
+        var = _f.shaped(_f.gather(stats[1], per_q), (1, Q, 1))
+    else:
+        mean = x.mean((0, 2), keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean((0, 2), keepdim=True)
+    y = (x - mean) * tj.rsqrt(var + eps)
+    index = (((np.arange(Q) % mq) * ma)[:, None] + (np.arange(S) // max(ds, 1))[None, :]).reshape(-1)
+    if w is not None:
+        y = y * _f.shaped(_f.gather(w, index), (1, Q, S))
+    if b is not None:
+        y = y + _f.shaped(_f.gather(b, index), (1, Q, S))
+    operands = [(c.a, x), (c.b, w), (bias, b)] + list(zip((mean_at, var_at), stats))
+    wanted = [(enc, t) for enc, t in operands if t is not None and c.wants(enc)]
+    if not wanted or not y.requires_grad:
+        return []
+    found = c.vjp([(y, _f.shaped(c.g, (P, Q, S)))], [t for _, t in wanted])
+    return [(enc, g) for (enc, _), g in zip(wanted, found) if g is not None]

@@ -825,3 +825,82 @@ def _record_linear(op, input, rows, cols, one_dim, out_shape):
     tape.pfloats += pairs(cols[2].astype(np.float64), cols[3].astype(np.float64))
     return record(op, (input,), out_shape, input._dtype, p, q)
 
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per kernel, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+# Every pool and upsampling is linear in its input once the windows (and, for max, the
+# argmax: a constant, as torch's saved indices) are fixed: the gradient is the incoming one
+# gathered, scaled by constant weights and scatter-added to the input positions it came from.
+
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+def _spread(c, planes, plane_in, plane_out, out_at, in_at, weights=None):
+    """``dx``: per plane, ``g[out_at[i]] * weights[i]`` added at ``in_at[i]`` (positions
+    within a plane of the output and the input)."""
+    base = np.arange(planes, dtype=np.int64)[:, None]
+    in_all = (base * plane_in + np.asarray(in_at, np.int64)[None, :]).reshape(-1)
+    g = c.g
+    if out_at is not None:
+        g = _f.gather(g, (base * plane_out + np.asarray(out_at, np.int64)[None, :]).reshape(-1))
+    if weights is not None:
+        g = g / _concrete(np.tile(weights, planes).astype(c.dt.np))
+    return _f.scatter_add(g, in_all, planes * plane_in)
+
+
+@derivative(pool_forward)
+def _d_pool(c):
+    ints = c.tape.ints
+    p = c.p
+    planes, height, width, ho, wo, mode, override = (int(ints[p + i]) for i in range(7))
+    rows = ints[p + 7:p + 7 + 4 * ho].tolist()
+    cols = ints[p + 7 + 4 * ho:p + 7 + 4 * ho + 4 * wo].tolist()
+    if mode == _MAX:   # to each window's first maximum (or last NaN), as the rule
+        x = c.x(planes * height * width)
+        argmax = _window_argmax(_f.value(x).reshape(planes, height, width), rows, cols)
+        base = np.arange(planes, dtype=np.int64)[:, None, None] * (height * width)
+        return (_f.scatter_add(c.g, (base + argmax).reshape(-1), planes * height * width), None)
+    if mode == _NEAREST:
+        sources = (np.array(rows[0::4])[:, None] * width + np.array(cols[0::4])[None, :]).reshape(-1)
+        return (_spread(c, planes, height * width, ho * wo, None, sources), None)
+    # average: each output position's share (g / count) to every input of its window
+    _, flat = _windows(np.zeros((height, width)), rows, cols, 0.0)
+    sizes = np.array(rows[1::4])[:, None] * np.array(cols[1::4])[None, :]   # (ho, wo) taps
+    counts = override if override != 0 else np.array(rows[3::4])[:, None] * np.array(cols[3::4])[None, :]
+    counts = np.broadcast_to(counts, (ho, wo)).astype(np.float64)
+    taps = np.arange(flat.shape[-1])[None, None, :] < sizes[:, :, None]
+    out_at = np.broadcast_to(np.arange(ho * wo).reshape(ho, wo, 1), flat.shape)[taps]
+    return (_spread(c, planes, height * width, ho * wo, out_at, flat[taps],
+                    np.broadcast_to(counts[:, :, None], flat.shape)[taps]), None)
+
+
+@derivative(linear_upsample_forward)
+def _d_linear_upsample(c):
+    """Each output mixes 2 (1-d) or 4 input positions with the record's constant weights."""
+    ints = c.tape.ints
+    p = c.p
+    planes, height, width, ho, wo, one_dim = (int(ints[p + i]) for i in range(6))
+    rows = ints[p + 6:p + 6 + 2 * ho].reshape(ho, 2)
+    cols = ints[p + 6 + 2 * ho:p + 6 + 2 * ho + 2 * wo].reshape(wo, 2)
+    floats = c.tape.floats[c.arena]
+    row_w = np.asarray(floats[c.q:c.q + 2 * ho], np.float64).reshape(ho, 2)
+    col_w = np.asarray(floats[c.q + 2 * ho:c.q + 2 * ho + 2 * wo], np.float64).reshape(wo, 2)
+    taps = [(0, 0), (0, 1)] if one_dim else [(0, 0), (0, 1), (1, 0), (1, 1)]
+    dx = None
+    for r, k in taps:
+        at_in = (rows[:, r][:, None] * width + cols[:, k][None, :]).reshape(-1)
+        weight = col_w[:, k][None, :] if one_dim else row_w[:, r][:, None] * col_w[:, k][None, :]
+        share = _spread_scaled(c, planes, height * width, at_in, np.broadcast_to(weight, (ho, wo)).reshape(-1))
+        dx = share if dx is None else dx + share
+    return (dx, None)
+
+
+def _spread_scaled(c, planes, plane_in, in_at, weights):
+    """``dx``: per plane, ``g * weights`` added at ``in_at`` (one input position per output)."""
+    base = np.arange(planes, dtype=np.int64)[:, None]
+    in_all = (base * plane_in + np.asarray(in_at, np.int64)[None, :]).reshape(-1)
+    g = c.g * _concrete(np.tile(weights, planes).astype(c.dt.np))
+    return _f.scatter_add(g, in_all, planes * plane_in)

@@ -797,3 +797,120 @@ def any(input, dim=None, keepdim=False):
 
 
 del _dtypes, _cast
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.ops import movement as _mov  # noqa: E402
+from tapejit.ops.views import strided_view  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+@derivative(sum_forward)
+def _d_sum(c):
+    if c.p < 0:   # a chunk of a full sum (tapejit/chunked.py): ~p elements into one
+        return (_f.gather(c.g, np.zeros(~c.p, np.int64)), None)
+    ints = c.tape.ints
+    p = c.p
+    nd = int(ints[p])
+    sizes = [int(s) for s in ints[p + 2:p + 2 + nd]]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    # input element idx reads g at sum(idx * ostrides): a strided view of g (an expand)
+    g = strided_view(_mov.EXPAND, c.g, tuple(sizes), tuple(int(s) for s in ostrides), 0)
+    scale = c.float(c.q)
+    return (g * scale if scale != 1.0 else g, None)
+
+
+def _d_along_axis(c):
+    """An (outer, length, inner) reduction: its input, result and gradient as 3-D tensors."""
+    outer, length, inner = (c.int(c.p + i) for i in range(3))
+    x = c.x(outer * length * inner, (outer, length, inner))
+    y = c.out((outer, 1, inner))
+    return x, y, _f.shaped(c.g, (outer, 1, inner))
+
+
+@derivative(prod_forward)
+def _d_prod(c):
+    if c.float(c.q) == 2.0:   # a 0-d input: its gradient is g
+        return (c.g, None)
+    x, y, g = _d_along_axis(c)
+    if not np.any(_f.value(x) == 0.0):
+        return (g * y / x, None)
+    # With zeros, each element's gradient is g times the product of the others: the
+    # slice repeated once per element, that element replaced by 1, and multiplied out.
+    outer, length, inner = x.shape
+    repeated = x.unsqueeze(1).expand(outer, length, length, inner)
+    eye = np.eye(length, dtype=bool).reshape(1, length, length, 1)
+    others = _f.where(np.broadcast_to(eye, (outer, length, length, inner)), 1.0, repeated).prod(2)
+    return (g * others, None)
+
+
+@derivative(LOGSUMEXP)
+def _d_logsumexp(c):
+    x, y, g = _d_along_axis(c)
+    if not np.all(np.isfinite(_f.value(y))):
+        raise _f.refuse(c, "an infinite result")
+    return (g * tj.exp(x - y), None)
+
+
+@derivative(amax_forward)
+def _d_amax(c):
+    """The gradient split evenly between the elements equal to the extreme (a constant
+    weight per element), as the rule does."""
+    x, y, g = _d_along_axis(c)
+    xv, yv = _f.value(x), _f.value(y)
+    if np.isnan(xv).any():
+        raise _f.refuse(c, "a NaN input")
+    ties = xv == yv
+    weights = ties / ties.sum(axis=1, keepdims=True)
+    return (g * _concrete(weights.astype(xv.dtype)), None)
+
+
+@derivative(var_forward)
+def _d_var(c):
+    """var: 2 / (n - correction) * g * (x - mean); std: var's with g / (2 std), 0 where
+    std is 0 (the rule's cases; the NaN/inf one of a reduction over too few raises)."""
+    x, y, g = _d_along_axis(c)
+    dof = x.shape[1] - c.float(c.q)
+    if dof <= 0.0:
+        raise _f.refuse(c, "n - correction <= 0")
+    if c.float(c.q + 1) >= 2.0:
+        at_zero = _f.value(y) == 0.0
+        safe = _f.where(at_zero, 1.0, y) if at_zero.any() else y
+        g = _f.where(at_zero, 0.0, g / (safe * 2.0)) if at_zero.any() else g / (y * 2.0)
+    return (g * (2.0 / dof) * (x - x.mean(1, keepdim=True)), None)
+
+
+@derivative(NORM)
+def _d_norm(c):
+    """The rule's cases: sgn(x) g for the 1-norm, g x / |x| for the 2-norm, g sgn(x)
+    |x|^(p-1) |x|_p^(1-p) for the others, zero where the norm is zero (and, p < 1, where
+    x is); the inf-norm's g split between the elements equal to it (constant weights)."""
+    order = c.float(c.q)
+    x, y, g = _d_along_axis(c)
+    xv, yv = _f.value(x), _f.value(y)
+    if np.isnan(xv).any():
+        raise _f.refuse(c, "a NaN input")
+    if order == 1.0:
+        return (g * tj.sign(x), None)
+    at_zero = np.broadcast_to(yv == 0.0, xv.shape)
+    safe_y = _f.where(yv == 0.0, 1.0, y) if at_zero.any() else y
+    if np.isinf(order):
+        hits = np.abs(xv) == yv
+        weights = hits / hits.sum(axis=1, keepdims=True)
+        return (g * tj.sign(x) * _concrete(weights.astype(xv.dtype)), None)
+    if order == 2.0:
+        d = g * x / safe_y
+    else:
+        masked = at_zero | (xv == 0.0) if order < 1.0 else at_zero
+        ax = tj.abs(x)
+        if order < 1.0 and masked.any():
+            ax = _f.where(xv == 0.0, 1.0, ax)
+        d = g * tj.sign(x) * ax ** (order - 1.0) * safe_y ** (1.0 - order)
+        at_zero = masked
+    return (_f.where(at_zero, 0.0, d) if at_zero.any() else d, None)

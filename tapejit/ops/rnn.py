@@ -561,3 +561,94 @@ def final_cell_state(layer, mode_region, T, B, H, reverse):
     start = offsets[2] + (0 if reverse else T - 1) * B * H
     p = tape.add_ints((start, B * H, layer._numel))
     return record(LSTM_C, (layer,), (B, H), layer._dtype, p, 0)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per kernel, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+def _recurrence(c, a, b, p):
+    """The layer record (operands ``a``, ``b``, ints at ``p``) written again step by step with
+    formulated ops (products, gate activations, the state update; a packed sequence's ended
+    rows carried over): its output sequence, an LSTM's final cell state, and its operands
+    as ``[(encoded operand, tensor)]``."""
+    ints = c.tape.ints
+    mode, T, B, H, P, reverse = (int(ints[p + i]) for i in range(6))
+    listed = [int(ints[p + 7 + 2 * i]) if ints[p + 6 + 2 * i] else None for i in range(5)]
+    counts = [int(n) for n in ints[p + 22:p + 22 + T]] if ints[p + 21] else [B] * T
+    GH = GATES[mode] * H
+
+    def operand(enc, shape):
+        return None if enc is None else _f.slot(c.tape, c.arena, enc, int(np.prod(shape)), shape)
+    xw = operand(a, (sum(counts), GH))
+    w_hh = operand(b, (GH, P))
+    h0, c0, b_hh, w_hr, b_ih = (operand(enc, shape) for enc, shape in
+                                zip(listed, [(B, P), (B, H), (GH,), (P, H), (GH,)]))
+    h = h0 if h0 is not None else _f.zeros(B * P, c.dt).reshape(B, P)
+    cell = (c0 if c0 is not None else _f.zeros(B * H, c.dt).reshape(B, H)) if mode == LSTM_MODE else None
+    bias = b_ih
+    if mode != GRU_MODE and b_hh is not None:
+        bias = b_hh if bias is None else bias + b_hh
+    starts = np.cumsum([0] + counts)
+    outputs = [None] * T
+    for s in range(T):
+        t = T - 1 - s if reverse else s
+        n = counts[t]
+        x_t = xw[int(starts[t]):int(starts[t]) + n]
+        if bias is not None:
+            x_t = x_t + bias
+        hp = h[:n] if n < B else h
+        recurrent = tj.matmul(hp, w_hh.t())
+        if mode == GRU_MODE:
+            if b_hh is not None:
+                recurrent = recurrent + b_hh
+            rz = tj.sigmoid(x_t[:, :2 * H] + recurrent[:, :2 * H])
+            new = tj.tanh(x_t[:, 2 * H:] + rz[:, :H] * recurrent[:, 2 * H:])
+            z = rz[:, H:]
+            step = (1.0 - z) * new + z * hp
+        elif mode == LSTM_MODE:
+            gates = x_t + recurrent
+            i, f, o = tj.sigmoid(gates[:, :H]), tj.sigmoid(gates[:, H:2 * H]), tj.sigmoid(gates[:, 3 * H:])
+            cp = cell[:n] if n < B else cell
+            cn = f * cp + i * tj.tanh(gates[:, 2 * H:3 * H])
+            cell = tj.cat([cn, cell[n:]]) if n < B else cn
+            step = o * tj.tanh(cn)
+            if w_hr is not None:
+                step = tj.matmul(step, w_hr.t())
+        else:
+            step = (tj.tanh if mode == TANH_MODE else tj.relu)(x_t + recurrent)
+        h = tj.cat([step, h[n:]]) if n < B else step
+        outputs[t] = h
+    operands = [(a, xw), (b, w_hh)] + list(zip(listed, (h0, c0, b_hh, w_hr, b_ih)))
+    return tj.stack(outputs), cell, operands
+
+
+def _vjp_through(c, result, operands):
+    """The gradients of ``operands`` (``[(encoded operand, tensor)]``) from ``c.g`` at
+    ``result``, recorded: a nested create_graph pass over the records just written."""
+    wanted = [(enc, t) for enc, t in operands if t is not None and c.wants(enc)]
+    if not wanted or not result.requires_grad:
+        return []
+    found = c.vjp([(result, _f.shaped(c.g, result.shape))], [t for _, t in wanted])
+    return [(enc, g) for (enc, _), g in zip(wanted, found) if g is not None]
+
+
+@derivative(rnn_layer_forward)
+def _d_rnn_layer(c):
+    """The vjp of the recurrence written again (``_recurrence``)."""
+    y, _, operands = _recurrence(c, c.a, c.b, c.p)
+    return _vjp_through(c, y, operands)
+
+
+@derivative(LSTM_C)
+def _d_lstm_c(c):
+    """An LSTM's final cell state: the vjp of the recurrence of the layer record it is
+    taken from, at its last cell state."""
+    _, a, b, p, _ = _f.producer(c)
+    _, cell, operands = _recurrence(c, a, b, p)
+    return _vjp_through(c, cell, operands)

@@ -1066,3 +1066,237 @@ _in_place("lerp_", lerp)
 
 # torch.special.expit is the sigmoid (SigmoidBackward0)
 expit = _unary.sigmoid
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+_d_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _d_unary(op):
+    """``@_d_unary(OP)``: a formula ``f(c, x, y, g)`` of the input, output and gradient."""
+    def register(fn):
+        derivative(op)(lambda c: (fn(c, c.x(), c.out(), c.g), None))
+        return fn
+    return register
+
+
+@_d_unary(ASIN)
+def _d_asin(c, x, y, g):
+    return g / tj.sqrt(1.0 - x * x)
+
+
+@_d_unary(ACOS)
+def _d_acos(c, x, y, g):
+    return -g / tj.sqrt(1.0 - x * x)
+
+
+@_d_unary(ATAN)
+def _d_atan(c, x, y, g):
+    return g / (1.0 + x * x)
+
+
+@_d_unary(ASINH)
+def _d_asinh(c, x, y, g):
+    return g / tj.sqrt(x * x + 1.0)
+
+
+@_d_unary(ACOSH)
+def _d_acosh(c, x, y, g):
+    return g / tj.sqrt(x * x - 1.0)
+
+
+@_d_unary(ATANH)
+def _d_atanh(c, x, y, g):
+    return g / (1.0 - x * x)
+
+
+@_d_unary(SINH)
+def _d_sinh(c, x, y, g):
+    return g * tj.cosh(x)
+
+
+@_d_unary(COSH)
+def _d_cosh(c, x, y, g):
+    return g * tj.sinh(x)
+
+
+@_d_unary(LOG2)
+def _d_log2(c, x, y, g):
+    return g / (x * math.log(2.0))
+
+
+@_d_unary(LOG10)
+def _d_log10(c, x, y, g):
+    return g / (x * math.log(10.0))
+
+
+@_d_unary(EXP2)
+def _d_exp2(c, x, y, g):
+    return g * y * math.log(2.0)
+
+
+@_d_unary(RECIPROCAL)
+def _d_reciprocal(c, x, y, g):
+    return -g * y * y
+
+
+@_d_unary(DEG2RAD)
+def _d_deg2rad(c, x, y, g):
+    return g * (math.pi / 180.0)
+
+
+@_d_unary(RAD2DEG)
+def _d_rad2deg(c, x, y, g):
+    return g * (180.0 / math.pi)
+
+
+@_d_unary(FRAC)
+def _d_frac(c, x, y, g):
+    return g
+
+
+@derivative(FLOOR, CEIL, TRUNC, ROUND, ROUND_DECIMALS)
+def _d_step(c):
+    return (_f.zeros(c.n, c.dt), None)
+
+
+@_d_unary(ERFC)
+def _d_erfc(c, x, y, g):
+    return -g * _d_TWO_OVER_SQRT_PI * tj.exp(-(x * x))
+
+
+@_d_unary(ERFINV)
+def _d_erfinv(c, x, y, g):
+    return g * (math.sqrt(math.pi) / 2.0) * tj.exp(y * y)
+
+
+@derivative(LGAMMA, DIGAMMA, POLYGAMMA)
+def _d_gamma_family(c):
+    """lgamma' = digamma, digamma' = polygamma(1, .), polygamma(n, .)' = polygamma(n + 1, .)."""
+    order = c.float(c.q)
+    x = c.x()
+    if order == -1.0:
+        d = tj.digamma(x)
+    else:
+        d = tj.polygamma(1 if order == -2.0 else int(order) + 1, x)
+    return (c.g * d, None)
+
+
+@_d_unary(SINC)
+def _d_sinc(c, x, y, g):
+    # the rule's: 0 at x = 0 (torch's masked_fill), so its derivative there is 0 too
+    at_zero = _f.value(x) == 0.0
+    safe = _f.where(at_zero, 1.0, x) if at_zero.any() else x
+    t = math.pi * safe
+    d = g * (tj.cos(t) * t - tj.sin(t)) / (t * safe)
+    return _f.where(at_zero, 0.0, d) if at_zero.any() else d
+
+
+@_d_unary(LOGIT)
+def _d_logit(c, x, y, g):
+    eps = c.c0
+    xv = _f.value(x)
+    if eps < 0.0:
+        if np.any((xv < 0.0) | (xv > 1.0)):
+            raise _f.refuse(c, "an input outside [0, 1] (its gradient is NaN)")
+        return g / (x * (1.0 - x))
+    outside = (xv < eps) | (xv > 1.0 - eps)
+    return _f.where(outside, 0.0, g / (x * (1.0 - x))) if outside.any() else g / (x * (1.0 - x))
+
+
+@derivative(NAN_TO_NUM)
+def _d_nan_to_num(c):
+    # torch's: grad * isfinite(x), a product (an infinite g times 0 is NaN there too)
+    finite = np.isfinite(_f.value(c.x()))
+    return (c.g * _concrete(finite.astype(c.dt.np)), None)
+
+
+@derivative(ATAN2)
+def _d_atan2(c):
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    origin = (xv == 0.0) & (yv == 0.0)   # torch's: a zero gradient at the origin
+    d = x * x + y * y
+    if origin.any():
+        d = _f.where(origin, 1.0, d)
+    gx = _f.where(origin, 0.0, c.g * y / d) if c.wants_a else None
+    gy = _f.where(origin, 0.0, -c.g * x / d) if c.wants_b else None
+    return _f.pair(c, gx, gy)
+
+
+@derivative(HYPOT)
+def _d_hypot(c):
+    x, y = _f.binary_operands(c)
+    z = c.out()
+    return _f.pair(c, c.g * x / z if c.wants_a else None, c.g * y / z if c.wants_b else None)
+
+
+@derivative(LOGADDEXP)
+def _d_logaddexp(c):
+    x, y = _f.binary_operands(c)
+    return _f.pair(c, c.g / (1.0 + tj.exp(y - x)) if c.wants_a else None,
+                 c.g / (1.0 + tj.exp(x - y)) if c.wants_b else None)
+
+
+@derivative(LOGADDEXP2)
+def _d_logaddexp2(c):
+    x, y = _f.binary_operands(c)
+    return _f.pair(c, c.g / (1.0 + tj.exp2(y - x)) if c.wants_a else None,
+                 c.g / (1.0 + tj.exp2(x - y)) if c.wants_b else None)
+
+
+@derivative(XLOGY)
+def _d_xlogy(c):
+    x, y = _f.binary_operands(c)
+    xv = np.broadcast_arrays(_f.value(x), _f.value(y))[0]
+    # torch's: xlogy(g, y), which is 0 where g is 0 (NaN y aside), masked where x = 0, y <= 0
+    gx = tj.xlogy(c.g, y) if c.wants_a else None
+    if gx is not None:
+        yv = np.broadcast_arrays(_f.value(x), _f.value(y))[1]
+        masked = (xv == 0.0) & (yv <= 0.0)
+        if masked.any():
+            gx = _f.where(masked, 0.0, gx)
+    return _f.pair(c, gx, c.g * x / y if c.wants_b else None)
+
+
+@derivative(XLOG1PY)
+def _d_xlog1py(c):
+    x, y = _f.binary_operands(c)
+    gx = xlog1py(c.g, y) if c.wants_a else None
+    if gx is not None:
+        xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+        masked = (xv == 0.0) & (yv <= -1.0)
+        if masked.any():
+            gx = _f.where(masked, 0.0, gx)
+    return _f.pair(c, gx, c.g * x / (y + 1.0) if c.wants_b else None)
+
+
+def _d_nan_extreme(c, larger):
+    """fmax/fmin: g to the operand chosen (x on ties, the other one of a NaN)."""
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    with np.errstate(invalid="ignore"):
+        x_chosen = ((xv >= yv) if larger else (xv <= yv)) | np.isnan(yv)
+    return _f.pair(c, _f.where(x_chosen, c.g, 0.0) if c.wants_a else None,
+                 _f.where(x_chosen, 0.0, c.g) if c.wants_b else None)
+
+
+@derivative(FMAX)
+def _d_fmax(c):
+    return _d_nan_extreme(c, True)
+
+
+@derivative(FMIN)
+def _d_fmin(c):
+    return _d_nan_extreme(c, False)
+
+
+# lerp is recorded as its last step, an add (``same_kernels`` of ADD)
+derivative(LERP_SCALAR, LERP_TENSOR)(_binary._d_add)

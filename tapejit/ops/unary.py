@@ -623,3 +623,189 @@ def gelu(input, approximate="none"):
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     return record_unary(LEAKY_RELU, input, float(negative_slope))
 
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+import math  # noqa: E402
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+_d_SQRT_2_OVER_PI = 0.7978845608028654
+_d_INV_SQRT_2PI = 0.3989422804014327
+_d_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@derivative(NEG, RSUB_SCALAR)
+def _d_neg(c):
+    return (-c.g, None)
+
+
+@derivative(ADD_SCALAR)
+def _d_identity(c):
+    return (c.g, None)
+
+
+@derivative(FILL)
+def _d_fill(c):
+    return (_f.zeros(c.n, c.dt), None)
+
+
+@derivative(MUL_SCALAR)
+def _d_mul_scalar(c):
+    return (c.g * c.c0, None)
+
+
+@derivative(DIV_SCALAR)
+def _d_div_scalar(c):
+    return (c.g / c.c0, None)
+
+
+@derivative(RDIV_SCALAR)
+def _d_rdiv_scalar(c):
+    return (-c.g * c.out() / c.x(), None)
+
+
+@derivative(SQUARE)
+def _d_square(c):
+    return (c.g * 2.0 * c.x(), None)
+
+
+@derivative(POW_SCALAR)
+def _d_pow_scalar(c):
+    e = c.c0
+    if e == 0.0:
+        return (_f.zeros(c.n, c.dt), None)
+    x = c.x()
+    if e == 1.0:
+        return (c.g, None)
+    if e == 2.0:
+        return (c.g * 2.0 * x, None)
+    return (c.g * e * x ** (e - 1.0), None)
+
+
+@derivative(RPOW_SCALAR)
+def _d_rpow_scalar(c):
+    base = c.c0
+    if base == 0.0:   # the rule's: g * 0 where x >= 0, g * y * log(0) elsewhere
+        return (_f.where(_f.value(c.x()) >= 0, 0.0 * c.g, c.g * c.out() * -math.inf), None)
+    return (c.g * c.out() * math.log(base), None)
+
+
+@derivative(ABS)
+def _d_abs(c):
+    return (c.g * tj.sign(c.x()), None)
+
+
+@derivative(SIGN)
+def _d_sign(c):
+    return (_f.zeros(c.n, c.dt), None)
+
+
+@derivative(EXP)
+def _d_exp(c):
+    return (c.g * c.out(), None)
+
+
+@derivative(LOG)
+def _d_log(c):
+    return (c.g / c.x(), None)
+
+
+@derivative(LOG1P)
+def _d_log1p(c):
+    return (c.g / (c.x() + 1.0), None)
+
+
+@derivative(EXPM1)
+def _d_expm1(c):
+    return (c.g * (c.out() + 1.0), None)
+
+
+@derivative(SQRT)
+def _d_sqrt(c):
+    return (c.g / (2.0 * c.out()), None)
+
+
+@derivative(RSQRT)
+def _d_rsqrt(c):
+    y = c.out()
+    return (-0.5 * c.g * y * y * y, None)
+
+
+@derivative(SIN)
+def _d_sin(c):
+    return (c.g * tj.cos(c.x()), None)
+
+
+@derivative(COS)
+def _d_cos(c):
+    return (-c.g * tj.sin(c.x()), None)
+
+
+@derivative(TAN)
+def _d_tan(c):
+    y = c.out()
+    return (c.g * (1.0 + y * y), None)
+
+
+@derivative(TANH)
+def _d_tanh(c):
+    y = c.out()
+    return (c.g * (1.0 - y * y), None)
+
+
+@derivative(SIGMOID)
+def _d_sigmoid(c):
+    y = c.out()
+    return (c.g * y * (1.0 - y), None)
+
+
+@derivative(RELU)
+def _d_relu(c):
+    y = c.out()
+    return (_f.on_graph_of(_f.where(_f.value(y) > 0, c.g, 0.0), y), None)
+
+
+@derivative(SOFTPLUS)
+def _d_softplus(c):
+    beta, threshold = c.c0, c.c1
+    x = c.x()
+    linear = _f.value(x) * beta > threshold
+    return (_f.where(linear, c.g, c.g * tj.sigmoid(x * beta)), None)
+
+
+@derivative(ERF)
+def _d_erf(c):
+    x = c.x()
+    return (c.g * _d_TWO_OVER_SQRT_PI * tj.exp(-(x * x)), None)
+
+
+@derivative(CLAMP)
+def _d_clamp(c):
+    x = _f.value(c.x())
+    return (_f.where((x >= c.c0) & (x <= c.c1), c.g, 0.0), None)
+
+
+@derivative(GELU)
+def _d_gelu(c):
+    x = c.x()
+    cdf = 0.5 * (1.0 + tj.erf(x * 0.7071067811865476))
+    pdf = _d_INV_SQRT_2PI * tj.exp(-0.5 * x * x)
+    return (c.g * (cdf + x * pdf), None)
+
+
+@derivative(GELU_TANH)
+def _d_gelu_tanh(c):
+    x = c.x()
+    t = tj.tanh(_d_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+    dinner = _d_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+    return (c.g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner), None)
+
+
+@derivative(LEAKY_RELU)
+def _d_leaky_relu(c):
+    x = c.x()
+    return (_f.on_graph_of(_f.where(_f.value(x) > 0, c.g, c.g * c.c0), x), None)
