@@ -389,7 +389,7 @@ def _index_tensor(name, index, allowed="int64"):
     if not isinstance(index, Tensor):
         raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
     idx = index._value()
-    if idx.dtype.kind not in "iu":
+    if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
         raise RuntimeError(f"{name}(): Expected dtype {allowed} for index but got: {index._dtype.name}")
     return idx.astype(np.int64, copy=False)
 
@@ -670,7 +670,7 @@ def _sum_unneeded(x, term, needed):
     return x.sum(gone), [c for c in term if c in needed]
 
 
-_TORCH_SCALAR = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+_TORCH_SCALAR = _dtypes.SCALAR_TYPE_NAMES
 
 
 @export()

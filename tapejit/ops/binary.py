@@ -344,9 +344,19 @@ def _int64_scalar(name, c):
     return c
 
 
+def _int_scalar(name, t, c):
+    """An integer scalar operand of integer tensor ``t``: torch computes in ``t``'s dtype,
+    so a value past a narrower type's range wraps into it (``int8 + 300`` is ``int8 + 44``)."""
+    c = _int64_scalar(name, c)
+    dt = t._dtype
+    if dt is _dtypes.int64 or dt is _dtypes.bool_:
+        return c
+    return np.array(c, np.int64).astype(dt.np)[()]
+
+
 def _scalar_op(op, t, c, numpy_fn):
     if _int_result(t, c):
-        return _concrete(np.asarray(numpy_fn(t._value(), _int64_scalar(op.name.removesuffix("_scalar"), c))))
+        return _concrete(np.asarray(numpy_fn(t._value(), _int_scalar(op.name.removesuffix("_scalar"), t, c))))
     return record_unary(op, t, float(c))
 
 
@@ -391,7 +401,7 @@ def sub(input, other, alpha=1):
         return record_binary(SUB, input, other, np.subtract)
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(input._value() - _int64_scalar("sub", other * alpha)))
+            return _concrete(np.asarray(input._value() - _int_scalar("sub", input, other * alpha)))
         return record_unary(SUB_SCALAR, input, -float(other) * alpha)
     return sub(input, as_tensor_operand(other, input), alpha)
 
@@ -403,7 +413,7 @@ export(sub, name="subtract", method=True)
 def rsub(input, other, alpha=1):
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(_int64_scalar("rsub", other) - input._value()))
+            return _concrete(np.asarray(_int_scalar("rsub", input, other) - input._value()))
         if alpha != 1:
             input = mul(input, alpha)
         return record_unary(_u.RSUB_SCALAR, input, float(other))

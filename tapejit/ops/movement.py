@@ -298,6 +298,8 @@ WHERE = define_kernel("where", "WhereBackward0", where_forward, where_backward, 
 
 
 # ---- front ends ---------------------------------------------------------------------------
+import warnings  # noqa: E402
+
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import (record, encode_operand, contiguous_strides, broadcast_shapes,  # noqa: E402
@@ -612,7 +614,7 @@ def view(input, *shape):
     return _reshaped(input, shape)
 
 
-_TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+_TORCH_NAMES = _dtypes.SCALAR_TYPE_NAMES
 
 
 def _bits_as(input, dt):
@@ -954,6 +956,8 @@ def _norm_key(key):
     for k in key:
         if isinstance(k, Tensor):
             v = k._value()
+            if v.dtype.kind in "iu" and v.dtype != np.int64:
+                v = _small_int_index(v)
             k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
         elif isinstance(k, list):
             k = np.asarray([e._value() if isinstance(e, Tensor) else e for e in k])
@@ -961,6 +965,18 @@ def _norm_key(key):
                 k = k.astype(np.int64)
         out.append(k)
     return tuple(out)
+
+
+def _small_int_index(v):
+    """An index tensor of an integer dtype other than int64, as torch reads it: int32 as
+    indices, uint8 as a mask (deprecated, with torch's warning), int8/int16 refused."""
+    if v.dtype == np.int32:
+        return v
+    if v.dtype == np.uint8:
+        warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                      "instead.", UserWarning, stacklevel=4)
+        return v.astype(np.bool_)
+    raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
 
 
 def _basic_view(x, key):
@@ -1205,7 +1221,7 @@ def _index_values(op, index, allowed):
     if not isinstance(index, Tensor):
         raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
     idx = index._value()
-    if idx.dtype.kind not in "iu" or idx.dtype == np.uint64:
+    if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
         raise RuntimeError(f"{op}(): Expected dtype {allowed} for index (got {index._dtype.name} indices)")
     return idx.astype(np.int64, copy=False)
 
