@@ -170,6 +170,15 @@ def _nested_array(data, dt):
         raise ValueError(_OVERFLOW)
     if scan.tensors or scan.other_sequences:
         data = _unwrap(data, len(shape))
+    if dt in dtypes.INTEGER_DTYPES and dt is not dtypes.int64:
+        # Read wide, then checked: torch refuses a value the narrower type cannot hold
+        with np.errstate(invalid="ignore"):
+            wide = np.array(data, dtype=np.float64 if scan.dt is not None and scan.dt.is_floating_point
+                            else np.int64)
+        info = np.iinfo(dt.np)
+        if wide.size and not (info.min <= np.trunc(wide.min()) and np.trunc(wide.max()) <= info.max):
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+        return wide.astype(dt.np)
     if dt is dtypes.int64 and scan.dt is not None and scan.dt.is_floating_point:
         # NumPy converts each float itself, refusing NaN, inf and values past int64
         try:

@@ -87,6 +87,15 @@ def is_bfloat16_rounded(array):
     return not (array.view(np.uint32) & 0xFFFF).any()
 
 
+def as_storage(array, dt):
+    """``array``, holding values of dtype ``dt``, as ``dt``'s storage: a NumPy function
+    (concatenate, where) returns bfloat16 storage as plain float32, which would label the
+    result float32."""
+    if dt is bfloat16 and array.dtype.metadata is None:
+        return array.view(BFLOAT16_STORAGE)
+    return array
+
+
 def narrow_values(array, dt):
     """``array`` (any float or int array) as the storage array of narrow float ``dt``."""
     if dt is float16:
