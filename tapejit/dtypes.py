@@ -144,6 +144,9 @@ def as_dtype(d, fn=None):
     found = _BY_NUMPY.get(npd)
     if found is not None:
         return bfloat16 if found is float32 and npd.metadata is not None else found
+    found = _BY_NUMPY.get(npd.newbyteorder("="))   # a non-native byte order: the same values
+    if found is not None:
+        return found
     if npd.kind == "f":
         return float32 if npd.itemsize <= 4 else float64
     if npd.kind in "iu":
