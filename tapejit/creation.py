@@ -185,6 +185,9 @@ def _nested_array(data, dt):
             return np.array(data, dtype=np.int64)
         except (OverflowError, ValueError):
             raise RuntimeError("value cannot be converted to type int64 without overflow") from None
+    if dt.narrow:
+        with np.errstate(over="ignore"):   # past float16's range is inf, silently as torch
+            return np.array(data, dtype=dt.np)
     return np.array(data, dtype=dt.np)
 
 

@@ -35,7 +35,7 @@ def tensor_repr(t):
     dt = t._dtype
     if dt is not dtypes.float32 and dt is not dtypes.bool_ and (dt is not dtypes.int64 or arr.size == 0):
         extras.append(f"dtype=tapejit.{dt.name}")   # torch names every dtype but its defaults
-    if arr.size == 0:
+    if arr.size == 0 and arr.shape != (0,):   # torch: tensor([]) for 1-D, tensor([], size=(2, 0)) else
         extras.insert(0, f"size={tuple(arr.shape)}")
     if t._rg:
         if t._tape is not None:
