@@ -44,6 +44,21 @@ def wide(t):
     return t
 
 
+def _wide_as(t, dt):
+    """Operand ``t`` of an op whose result is narrow ``dt``, as torch casts it: to ``dt``
+    (a 0-d float32 or an int64 tensor is rounded), then computed in float32."""
+    if t._dtype is dt:
+        return wide(t)
+    if t._rg and state.grad:
+        raise RuntimeError(_narrow_grad_message(dt))
+    return _concrete(dtypes.narrow_values(t._value(), dt).astype(np.float32))
+
+
+def _narrow_grad_message(dt):
+    return (f"tapejit: an op mixing {dt} with a tensor that requires grad would give a {dt} result with "
+            f"gradients, which tapejit does not support; compute in float32 (.float()) instead")
+
+
 def narrowed(t, dt):
     """``t``, computed in float32 from narrow float inputs, rounded to narrow ``dt`` (or
     ``t`` itself if it is not floating point: a comparison's bools, an argmax's indices).
@@ -51,9 +66,7 @@ def narrowed(t, dt):
     if not t._dtype.is_floating_point:
         return t
     if t._rg:
-        raise RuntimeError(f"tapejit: an op mixing {dt} with a tensor that requires grad would give a {dt} "
-                           f"result with gradients, which tapejit does not support; compute in float32 "
-                           f"(.float()) instead")
+        raise RuntimeError(_narrow_grad_message(dt))
     return _concrete(dtypes.narrow_values(t._value(), dt))
 
 
@@ -173,10 +186,18 @@ def on_tape(*inputs):
     return state.eager or (state.grad and any(t._rg for t in inputs))
 
 
+# Scalar ops whose Python number torch first rounds to a narrow float tensor's dtype
+# (``x + 1.3`` adds float16(1.3)); mul and div keep the number as it is.
+_NARROW_SCALAR_OPERAND = frozenset(("add_scalar", "sub_scalar", "rsub_scalar", "pow_scalar", "rpow_scalar",
+                                    "fmod_scalar", "remainder_scalar"))
+
+
 def record_unary(op, x, c0=0.0, c1=0.0):
     dt = x._dtype
     if not _is_float[dt]:
         if dt.narrow:
+            if op.name in _NARROW_SCALAR_OPERAND:
+                c0 = float(dtypes.narrow_values(np.float64(c0), dt))
             return narrowed(record_unary(op, wide(x), c0, c1), dt)
         dt = dtypes.get_default_dtype()
     rg = x._rg and state.grad
@@ -217,7 +238,7 @@ def record_binary(op, x, y, numpy_fallback=None):
             # In the result dtype, as torch: NumPy would widen int8 by a 0-d int64 tensor.
             return _concrete(np.asarray(numpy_fallback(_value_as(x, dt), _value_as(y, dt))))
         if dt.narrow:
-            return narrowed(record_binary(op, wide(x), wide(y), numpy_fallback), dt)
+            return narrowed(record_binary(op, _wide_as(x, dt), _wide_as(y, dt), numpy_fallback), dt)
     rg = (x._rg or y._rg) and state.grad
     if not rg and not state.eager:
         if op.vectorized and x._tape is None and y._tape is None:

@@ -23,7 +23,7 @@ from tapejit.ops.movement import (INDEX, _gather, _index_values, _plain, _rows, 
                                   strided_view)
 from tapejit import recording as _recording
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
-                               on_tape, record, result_dtype)
+                               narrowed, on_tape, record, result_dtype, wide)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
 from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
@@ -251,6 +251,8 @@ def trace(input):
 def _cumulative(op, input, dim, dtype, name):
     if dtype is not None:
         input = input.to(_dtypes.as_dtype(dtype, name))
+    if input._dtype.narrow:   # torch accumulates in float32 and rounds each output once
+        return narrowed(_cumulative(op, wide(input), dim, None, name), input._dtype)
     shape = input._shape
     d = _wrap_dim(dim, len(shape), name)
     if not input._dtype.is_floating_point:

@@ -116,6 +116,7 @@ def test_integer_index_tensors_follow_torchs_rules():
         x[tj.tensor([0], dtype=tj.int8)]
     with pytest.raises(RuntimeError, match="Expected dtype int32 or int64 for index"):
         tj.index_select(x, 0, tj.tensor([1], dtype=tj.int16))
+    assert tj.nn.functional.embedding(tj.tensor([1], dtype=tj.int32), tj.eye(2)).tolist() == [[0.0, 1.0]]
     with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated"):
         assert x[tj.tensor([1, 0, 1], dtype=tj.uint8)].tolist() == [1.0, 3.0]   # a mask, as torch
 
@@ -156,10 +157,17 @@ def test_half_and_bfloat16_round_each_result_as_torch():
     a, b = rng.standard_normal((4, 5)), rng.standard_normal((5, 3))
     for name in ("float16", "bfloat16"):
         x, y = (_pair(tj, name, a), _pair(tj, name, b)), (_pair(torch, name, a), _pair(torch, name, b))
-        for op in (lambda p, q: p + p * 0.3, lambda p, q: p * p, lambda p, q: p @ q, lambda p, q: p.sum(),
-                   lambda p, q: p.sum(1), lambda p, q: p.exp(), lambda p, q: p.softmax(-1), lambda p, q: p.mean(0),
-                   lambda p, q: p.t() @ p[:, :2], lambda p, q: p.relu().sqrt(), lambda p, q: p.reshape(-1)[3:7] / 3):
-            _same(op(*x), op(*y))
+        for op in (lambda L, p, q: p + p * 0.3, lambda L, p, q: p * p, lambda L, p, q: p @ q,
+                   lambda L, p, q: p.sum(), lambda L, p, q: p.sum(1), lambda L, p, q: p.exp(),
+                   lambda L, p, q: p.softmax(-1), lambda L, p, q: p.mean(0), lambda L, p, q: p.t() @ p[:, :2],
+                   lambda L, p, q: p.relu().sqrt(), lambda L, p, q: p.reshape(-1)[3:7] / 3,
+                   # torch rounds the number to the tensor's dtype for these, not for * and /
+                   lambda L, p, q: p + 1.3, lambda L, p, q: 0.3 - p, lambda L, p, q: p.fmod(0.3),
+                   lambda L, p, q: p > 0.1, lambda L, p, q: 3.7 / p, lambda L, p, q: p + q[0, 0].float(),
+                   # one float32 kernel in torch, rounded once
+                   lambda L, p, q: p.cumsum(1), lambda L, p, q: p.lerp(p * 2, 0.3),
+                   lambda L, p, q: L.nn.functional.scaled_dot_product_attention(p, p, p)):
+            _same(op(tj, *x), op(torch, *y))
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # no NumPy overflow warning on the way
         _same(_pair(tj, "float16", [70000.0]), _pair(torch, "float16", [70000.0]))   # inf, as torch

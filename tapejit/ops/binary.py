@@ -494,6 +494,10 @@ export(div, name="true_divide", method=True)
 @export(function=False, dunders=("__rtruediv__",))
 def rdiv(input, other):
     if _is_scalar(other):
+        if input._dtype.narrow:   # torch's ``reciprocal() * other``: the reciprocal rounded first
+            with np.errstate(divide="ignore"):
+                inverse = np.float32(1) / input._value().astype(np.float32)
+            return record_unary(_u.MUL_SCALAR, _concrete(_dtypes.narrow_values(inverse, input._dtype)), float(other))
         return record_unary(_u.RDIV_SCALAR, input, float(other))
     return div(as_tensor_operand(other, input), input)
 
@@ -575,10 +579,28 @@ def minimum(input, other):
 
 # ---- comparisons and logic: values only, never gradients ---------------------------------
 
+def _narrow_operands(input, other, x, y):
+    """A comparison's operands in the narrow float dtype torch compares them in: a number
+    or a 0-d float32 tensor against a bfloat16 tensor is rounded to bfloat16 first (NumPy
+    does so for float16 arrays and Python numbers, not for bfloat16's float32 storage)."""
+    if isinstance(other, Tensor):
+        dt = result_dtype(input, other)
+    elif _is_scalar(other) and not isinstance(other, bool):
+        dt = input._dtype
+    else:
+        return x, y
+    if not dt.narrow:
+        return x, y
+    return _dtypes.narrow_values(x, dt), _dtypes.narrow_values(y, dt)
+
+
 def _compare(name, fn):
     def compare(input, other):
+        x = input._value()
         y = other._value() if isinstance(other, Tensor) else other
-        return _concrete(np.asarray(fn(input._value(), y)))
+        if input._dtype.narrow or (isinstance(other, Tensor) and other._dtype.narrow):
+            x, y = _narrow_operands(input, other, x, y)
+        return _concrete(np.asarray(fn(x, y)))
     compare.__name__ = compare.__qualname__ = name
     return compare
 
