@@ -57,6 +57,8 @@ def is_floating_point(input):
     return input.is_floating_point()
 
 
+from tapejit.dtypes import promote_types  # noqa: E402,F401
+
 del _dtypes
 from tapejit import special  # noqa: E402,F401
 from tapejit import linalg  # noqa: E402,F401

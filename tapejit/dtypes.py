@@ -203,6 +203,11 @@ def not_implemented(kernel, dt):
     return NotImplementedError(f"\"{kernel}\" not implemented for '{SCALAR_TYPE_NAMES[dt.name]}'")
 
 
+def promote_types(type1, type2):
+    """torch.promote_types: the dtype an op on tensors of ``type1`` and ``type2`` gives."""
+    return promote(as_dtype(type1, "promote_types"), as_dtype(type2, "promote_types"))
+
+
 def category(d):
     """torch's promotion category: 0 bool, 1 integer, 2 floating point."""
     return 2 if d.is_floating_point else (0 if d is bool_ else 1)

@@ -73,6 +73,8 @@ def test_promotion_over_every_dtype_pair_is_torchs():
     values = {"bool": [True, False]}
     for a in ALL:
         for b in ALL:
+            assert tj.promote_types(getattr(tj, a), getattr(tj, b)).name == \
+                str(torch.promote_types(getattr(torch, a), getattr(torch, b))).split(".")[1]
             x = [tj.tensor(values.get(a, [3, 5]), dtype=getattr(tj, a)),
                  torch.tensor(values.get(a, [3, 5]), dtype=getattr(torch, a))]
             y = [tj.tensor(values.get(b, [2, 7]), dtype=getattr(tj, b)),
@@ -102,7 +104,8 @@ def test_reductions_give_torchs_dtypes():
     torch = pytest.importorskip("torch")
     for name in ("int8", "int16", "int32", "uint8"):
         for reduce in (lambda x: x.sum(), lambda x: x.sum(0), lambda x: x.prod(), lambda x: x.cumsum(0),
-                       lambda x: x.max(), lambda x: x.argmax(), lambda x: x.float().mean()):
+                       lambda x: x.max(), lambda x: x.argmax(), lambda x: x.float().mean(),
+                       lambda x: x.sum(dtype=x.dtype)):
             _same(reduce(_pair(tj, name, [100, 100, 7])), reduce(_pair(torch, name, [100, 100, 7])))
     with pytest.raises(RuntimeError, match="could not infer output dtype.*Got: Char"):
         _pair(tj, "int8", [1]).mean()

@@ -511,8 +511,9 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
             raise RuntimeError(
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
                 f"complex dtype. Got: {_SCALAR_TYPE_NAMES[x._dtype.name]}")
-        # torch sums bool and every integer dtype as int64, wrapping past its range
-        return _concrete(np.asarray(x._value().sum(axis=dims, keepdims=keepdim, dtype=np.int64)))
+        # torch sums bool and every integer dtype as int64 (or the dtype asked for), wrapping past its range
+        total = x._value().sum(axis=dims, keepdims=keepdim, dtype=np.int64)
+        return _concrete(np.asarray(total if dtype is None else total.astype(x._dtype.np)))
     if not on_tape(x):
         return eager(_sum_like, op, x, dim, keepdim, scale_by_count)
     count = _numel([x._shape[d] for d in dims]) if x._shape else 1
