@@ -492,6 +492,8 @@ class Tensor:
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
         if self._tape is None and not self._rg:
+            if self._dtype is dtypes.bfloat16:   # 0-d views: NumPy's scalars would drop bfloat16's storage tag
+                return iter([_concrete(self._data[i, ...]) for i in range(self._shape[0])])
             return iter([_concrete(row) for row in self._data])
         return iter(above.rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 

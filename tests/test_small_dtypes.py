@@ -152,6 +152,7 @@ def test_save_and_load_round_trip_every_dtype():
         buf.seek(0)
         y = tj.load(buf)["x"]
         assert y.dtype is x.dtype and tj.equal(y, x)
+        assert [r.dtype for r in x] == [x.dtype] * 3 and x.clone().dtype is x.dtype
 
 
 def test_half_and_bfloat16_round_each_result_as_torch():
