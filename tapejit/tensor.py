@@ -293,7 +293,6 @@ class Tensor:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
         self.requires_grad_(flag)
 
-
     def requires_grad_(self, requires_grad=True):
         if self._tape is not None and self._rg and not requires_grad:
             raise RuntimeError(
