@@ -5,6 +5,7 @@ tape; ``backward()`` runs one compiled sweep over it.  See README.md for a tour.
 """
 from tapejit import dtypes as _dtypes
 from tapejit.dtypes import (float32, float64, int64, bool_ as bool, double, float, long,  # noqa: A004
+                            int32, int16, int8, uint8, float16, bfloat16, half, short, int,  # noqa: A004
                             get_default_dtype, set_default_dtype)
 from tapejit.dtypes import dtype  # noqa: F401
 from tapejit.tensor import Tensor, Size
@@ -34,7 +35,8 @@ _compat.install(globals())
 from tapejit import out_args as _out_args  # noqa: E402
 _out_args.install(globals())
 from math import pi, inf, nan, e  # noqa: E402,F401  (torch.pi, torch.inf, ...: Python floats, as torch)
-from tapejit.creation import FloatTensor, DoubleTensor, LongTensor, BoolTensor  # noqa: E402,F401
+from tapejit.creation import (FloatTensor, DoubleTensor, LongTensor, BoolTensor, IntTensor,  # noqa: E402,F401
+                              ShortTensor, CharTensor, ByteTensor, HalfTensor, BFloat16Tensor)
 from tapejit.serialization import save, load  # noqa: E402,F401
 from tapejit import utils  # noqa: E402,F401
 
@@ -54,6 +56,8 @@ def numel(input):
 def is_floating_point(input):
     return input.is_floating_point()
 
+
+from tapejit.dtypes import promote_types  # noqa: E402,F401
 
 del _dtypes
 from tapejit import special  # noqa: E402,F401

@@ -11,7 +11,7 @@ from tapejit import dtypes
 from tapejit.api import export, type_name
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
-from tapejit.tensor import Size, Tensor, _concrete, provide as _provide_to_tensor
+from tapejit.tensor import Size, Tensor, _concrete, narrow_grad_error, provide as _provide_to_tensor
 
 _rng = [np.random.default_rng()]
 
@@ -170,12 +170,24 @@ def _nested_array(data, dt):
         raise ValueError(_OVERFLOW)
     if scan.tensors or scan.other_sequences:
         data = _unwrap(data, len(shape))
+    if dt in dtypes.INTEGER_DTYPES and dt is not dtypes.int64:
+        # Read wide, then checked: torch refuses a value the narrower type cannot hold
+        with np.errstate(invalid="ignore"):
+            wide = np.array(data, dtype=np.float64 if scan.dt is not None and scan.dt.is_floating_point
+                            else np.int64)
+        info = np.iinfo(dt.np)
+        if wide.size and not (info.min <= np.trunc(wide.min()) and np.trunc(wide.max()) <= info.max):
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+        return wide.astype(dt.np)
     if dt is dtypes.int64 and scan.dt is not None and scan.dt.is_floating_point:
         # NumPy converts each float itself, refusing NaN, inf and values past int64
         try:
             return np.array(data, dtype=np.int64)
         except (OverflowError, ValueError):
             raise RuntimeError("value cannot be converted to type int64 without overflow") from None
+    if dt.narrow:
+        with np.errstate(over="ignore"):   # past float16's range is inf, silently as torch
+            return np.array(data, dtype=dt.np)
     return np.array(data, dtype=dt.np)
 
 
@@ -236,6 +248,12 @@ FloatTensor = _TypedTensor("FloatTensor", (), {"dtype": dtypes.float32})
 DoubleTensor = _TypedTensor("DoubleTensor", (), {"dtype": dtypes.float64})
 LongTensor = _TypedTensor("LongTensor", (), {"dtype": dtypes.int64})
 BoolTensor = _TypedTensor("BoolTensor", (), {"dtype": dtypes.bool_})
+IntTensor = _TypedTensor("IntTensor", (), {"dtype": dtypes.int32})
+ShortTensor = _TypedTensor("ShortTensor", (), {"dtype": dtypes.int16})
+CharTensor = _TypedTensor("CharTensor", (), {"dtype": dtypes.int8})
+ByteTensor = _TypedTensor("ByteTensor", (), {"dtype": dtypes.uint8})
+HalfTensor = _TypedTensor("HalfTensor", (), {"dtype": dtypes.float16})
+BFloat16Tensor = _TypedTensor("BFloat16Tensor", (), {"dtype": dtypes.bfloat16})
 
 
 def _unwrap(seq, ndim):
@@ -253,6 +271,8 @@ def _leaf(arr, requires_grad):
     if requires_grad:
         if not t._dtype.is_floating_point:
             raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+        if t._dtype.narrow:
+            raise RuntimeError(narrow_grad_error(t._dtype))
         t._rg = True
     if _state.trace is not None:   # made inside a compiled function: free to change in place
         _state.trace.note_created(t)
@@ -273,7 +293,7 @@ def as_tensor(data, dtype=None, device=None):
     _check_device(device)
     if isinstance(data, Tensor) and (dtype is None or dtypes.as_dtype(dtype) is data._dtype):
         return data
-    if isinstance(data, np.ndarray) and data.dtype in (np.float64, np.float32, np.int64, np.bool_) \
+    if isinstance(data, np.ndarray) and data.dtype in _SHAREABLE \
             and (dtype is None or dtypes.as_dtype(dtype).np == data.dtype) and data.flags.c_contiguous:
         return _shared(data)
     return tensor(data, dtype=dtype)
@@ -288,14 +308,19 @@ def _shared(array):
     return t
 
 
+# NumPy dtypes whose arrays a tensor can share (bfloat16 has none in NumPy).
+_SHAREABLE = tuple(np.dtype(d) for d in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16,
+                                         np.int8, np.uint8, np.bool_))
+
+
 def from_numpy(array):
-    """Shares memory with ``array`` (which must be float32/64, int64 or bool)."""
+    """Shares memory with ``array`` (which must be of a dtype tapejit has, bfloat16 aside)."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
-    if array.dtype not in (np.float64, np.float32, np.int64, np.bool_):
+    if array.dtype not in _SHAREABLE or array.dtype.metadata is not None:
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{array.dtype}. The only supported types are: "
-            "float64, float32, int64 and bool.")
+            "float64, float32, float16, int64, int32, int16, int8, uint8, and bool.")
     return _shared(np.ascontiguousarray(array))
 
 
@@ -383,10 +408,11 @@ def _filled(shape, fill_value, dtype, like, fn):
         dt = dtypes.as_dtype(dtype, fn)
     else:
         dt = like or value_dt or dtypes.get_default_dtype()
-    if dt is dtypes.int64:
+    if dt is dtypes.int64 or dt in dtypes.INTEGER_DTYPES:
         v = fill_value
-        if not (math.isfinite(v) if isinstance(v, float) else True) or not _INT64_MIN <= int(v) < _INT64_END:
-            raise RuntimeError("value cannot be converted to type int64_t without overflow")
+        info = np.iinfo(dt.np)
+        if not (math.isfinite(v) if isinstance(v, float) else True) or not info.min <= int(v) <= info.max:
+            raise RuntimeError(f"value cannot be converted to type {dt.name}_t without overflow")
     elif dt is dtypes.float32 and isinstance(fill_value, numbers.Real) and not isinstance(fill_value, builtins.bool):
         if math.isfinite(fill_value) and abs(fill_value) > _FLOAT32_MAX:
             raise RuntimeError("value cannot be converted to type float without overflow")

@@ -18,6 +18,7 @@ from tapejit.tape import due_by_size, retire_if_due, state as _state
 
 _new = object.__new__
 _BY_NUMPY = dtypes._BY_NUMPY   # NumPy dtype -> the tapejit dtype whose arrays it is
+_FLOAT32 = dtypes.float32
 
 
 class _Above:
@@ -70,6 +71,11 @@ def _concrete(array, rg=False):
     if dt is None:
         dt = dtypes.data_dtype(array.dtype)
         array = array.astype(dt.np)
+    elif dt is _FLOAT32 and array.dtype.metadata is not None:
+        # bfloat16 storage: a NumPy computation on it gave float32 values, rounded here
+        dt = dtypes.bfloat16
+        if not dtypes.is_bfloat16_rounded(array):
+            array = dtypes.round_bfloat16(array)
     t = _new(Tensor)
     t._tape = None
     t._off = 0
@@ -152,12 +158,16 @@ class Tensor:
         if self._rg and not force:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._dtype is dtypes.bfloat16:
+            raise TypeError("Got unsupported ScalarType BFloat16")   # NumPy has no bfloat16, as torch
         return self._read()
 
     def __array__(self, dtype=None, copy=None):
         if self._rg:   # as torch: NumPy would silently cut the tensor out of the graph
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._dtype is dtypes.bfloat16:
+            raise TypeError("Got unsupported ScalarType BFloat16")
         v = self._read()
         if dtype is not None:
             v = v.astype(dtype, copy=False)
@@ -291,6 +301,8 @@ class Tensor:
                 "var_no_grad = var.detach().")
         if requires_grad and not self._dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if requires_grad and self._dtype.narrow:
+            raise RuntimeError(narrow_grad_error(self._dtype))
         self._rg = bool(requires_grad)
         return self
 
@@ -426,7 +438,22 @@ class Tensor:
         return self.to(dtypes.int64)
 
     def int(self):
-        return self.to(dtypes.int64)
+        return self.to(dtypes.int32)
+
+    def short(self):
+        return self.to(dtypes.int16)
+
+    def char(self):
+        return self.to(dtypes.int8)
+
+    def byte(self):
+        return self.to(dtypes.uint8)
+
+    def half(self):
+        return self.to(dtypes.float16)
+
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
 
     def bool(self):
         return self.to(dtypes.bool_)
@@ -464,6 +491,8 @@ class Tensor:
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
         if self._tape is None and not self._rg:
+            if self._dtype is dtypes.bfloat16:   # 0-d views: NumPy's scalars would drop bfloat16's storage tag
+                return iter([_concrete(self._data[i, ...]) for i in range(self._shape[0])])
             return iter([_concrete(row) for row in self._data])
         return iter(above.rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 
@@ -480,6 +509,11 @@ class Tensor:
             t._grad = _concrete(g._value().copy())
         memo[id(self)] = t
         return t
+
+
+def narrow_grad_error(dt):
+    return (f"tapejit: {dt} tensors cannot require gradients (tapejit stores {dt} values but computes "
+            f"them in float32 without a tape); train in float32 and convert with .to({dt}) for storage")
 
 
 def _legacy_type_dtype(spec):

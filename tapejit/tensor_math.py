@@ -24,7 +24,7 @@ from tapejit.ops.indexing import _gather, _index_values
 from tapejit.ops.join import _slice_dim
 from tapejit.ops.views import _plain
 from tapejit.recording import (as_tensor_operand, broadcast_shapes, cast as _cast, eager, expand as _expand,
-                               name_composite, on_tape, record, result_dtype)
+                               name_composite, narrowed, on_tape, record, result_dtype, wide)
 from tapejit.shapes import axis_layout, numel as _numel, wrap_dim as _wrap_dim
 from tapejit.tape import current as _current, state as _state
 from tapejit.tensor import Tensor, _concrete
@@ -252,6 +252,8 @@ def trace(input):
 def _cumulative(op, input, dim, dtype, name):
     if dtype is not None:
         input = input.to(_dtypes.as_dtype(dtype, name))
+    if input._dtype.narrow:   # torch accumulates in float32 and rounds each output once
+        return narrowed(_cumulative(op, wide(input), dim, None, name), input._dtype)
     shape = input._shape
     d = _wrap_dim(dim, len(shape), name)
     if not input._dtype.is_floating_point:
@@ -403,7 +405,7 @@ def _index_tensor(name, index, allowed="int64"):
     if not isinstance(index, Tensor):
         raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
     idx = index._value()
-    if idx.dtype.kind not in "iu":
+    if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
         raise RuntimeError(f"{name}(): Expected dtype {allowed} for index but got: {index._dtype.name}")
     return idx.astype(np.int64, copy=False)
 
@@ -684,7 +686,7 @@ def _sum_unneeded(x, term, needed):
     return x.sum(gone), [c for c in term if c in needed]
 
 
-_TORCH_SCALAR = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+_TORCH_SCALAR = _dtypes.SCALAR_TYPE_NAMES
 
 
 @export()

@@ -94,12 +94,11 @@ def test_uint64_array_to_a_float_dtype_keeps_its_values():
     assert tj.tensor(arr, dtype=tj.float64).tolist() == torch.tensor(arr, dtype=torch.float64).tolist()
 
 
-def test_narrow_numpy_ints_and_floats_widen_without_changing_values():
-    # torch keeps int32/uint32/float16; tapejit's dtypes are int64 and float32, which hold
-    # every value of them.
-    assert tj.tensor(np.array([7, -3], np.int32)).tolist() == [7, -3]
+def test_narrow_numpy_ints_and_floats_keep_their_dtype_or_widen_without_changing_values():
+    # torch keeps int32 and float16; uint32, which it has no dtype for, widens to int64
+    assert tj.tensor(np.array([7, -3], np.int32)).dtype is tj.int32
     assert tj.tensor(np.array([2**32 - 1], np.uint32)).tolist() == [2**32 - 1]
-    assert tj.as_tensor(np.array([0.5], np.float16)).dtype is tj.float32
+    assert tj.as_tensor(np.array([0.5], np.float16)).dtype is tj.float16
 
 
 # ---- floats into int64 -----------------------------------------------------------------------
@@ -801,7 +800,8 @@ def test_int64_limits_and_comparisons_with_big_ints_stay_exact():
 # ---- a tensor's array has its dtype ------------------------------------------------------------
 
 @pytest.mark.parametrize("np_dtype, tapejit_dtype", [
-    ("float16", "float32"), ("int32", "int64"), ("uint8", "int64"), (">f8", "float64"), ("int8", "int64"),
+    ("float16", "float16"), ("int32", "int32"), ("uint8", "uint8"), (">f8", "float64"), ("int8", "int8"),
+    ("uint16", "int32"), ("uint32", "int64"), (">i2", "int16"),
 ])
 def test_an_array_of_another_dtype_becomes_a_tensor_of_the_dtype_holding_it(np_dtype, tapejit_dtype):
     from tapejit.tensor import _concrete

@@ -17,13 +17,16 @@ from tapejit.ops.activation import softmax
 from tapejit.ops.linalg import linear
 from tapejit.ops.indexing import where
 from tapejit.ops.join import cat
+from tapejit.recording import narrowed, wide
 from tapejit.tensor import Tensor, _concrete
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention"]
 
 
 # torch's SDPA checks print C++ type names
-_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "bool": "bool"}
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "bool": "bool", "int32": "int",
+                   "int16": "short int", "int8": "signed char", "uint8": "unsigned char", "float16": "c10::Half",
+                   "bfloat16": "c10::BFloat16"}
 
 
 def _dtype_name(dt):
@@ -61,6 +64,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                            f"{_dtype_name(query._dtype)} instead.")
     if not 0.0 <= dropout_p <= 1.0:
         raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if query._dtype.narrow:   # torch's CPU kernel computes float16/bfloat16 in float32, rounding the output once
+        return narrowed(scaled_dot_product_attention(wide(query), wide(key), wide(value),
+                                                     None if attn_mask is None else wide(attn_mask),
+                                                     dropout_p, is_causal, scale, enable_gqa), query._dtype)
     if enable_gqa and query.dim() >= 3 and key.dim() >= 3:
         heads, key_heads, value_heads = query._shape[-3], key._shape[-3], value._shape[-3]
         if key_heads != value_heads or heads % key_heads:

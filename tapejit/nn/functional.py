@@ -141,7 +141,7 @@ def embedding(input, weight, padding_idx=None):
         raise argument_error("embedding", "weight", 1, weight, "Tensor")
     if not isinstance(input, Tensor):
         raise argument_error("embedding", "indices", 2, input, "Tensor")
-    if not isinstance(input, Tensor) or input._dtype is not dtypes.int64:
+    if not isinstance(input, Tensor) or input._dtype not in (dtypes.int64, dtypes.int32):
         got = type_name(input) if isinstance(input, Tensor) else type(input).__name__
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar "
                            f"types: Long, Int; but got {got} instead (while checking arguments for embedding)")

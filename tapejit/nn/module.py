@@ -29,7 +29,7 @@ from tapejit.nn.hooks import BackwardHook, RemovableHandle, user_stacklevel
 from tapejit.nn.parameter import Parameter, set_leaf_value
 from tapejit.printing import type_name
 from tapejit.tape import state as _state
-from tapejit.tensor import Tensor
+from tapejit.tensor import Tensor, narrow_grad_error
 
 __all__ = [
     "Module",
@@ -769,7 +769,10 @@ class Module:
             if applied is not param:
                 if param.requires_grad and not applied.dtype.is_floating_point:
                     raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
-                set_leaf_value(param, np.asarray(applied.detach()))
+                if param.requires_grad and applied.dtype.narrow:
+                    raise RuntimeError(narrow_grad_error(applied.dtype) + " (for inference: "
+                                       "module.requires_grad_(False) first)")
+                set_leaf_value(param, applied.detach()._value())
             grad = param.grad
             if grad is not None:
                 with no_grad():

@@ -99,7 +99,7 @@ def pad(input, pad, mode="constant", value=None):
     if not input._dtype.is_floating_point:   # integer and boolean tensors: no gradient to keep
         values = input._value().reshape(-1)
         taken = values[np.maximum(positions, 0)] if values.size else np.zeros(positions.shape, values.dtype)
-        return _concrete(np.where(positions < 0, np.asarray(fill).astype(values.dtype), taken))
+        return _concrete(np.where(positions < 0, np.asarray(fill).astype(values.dtype), taken).astype(values.dtype))
     if positions.size and positions.min() < 0:
         filler = _concrete(np.full(1, fill, input._dtype.np))
         from tapejit.ops.join import cat

@@ -339,9 +339,19 @@ def _int64_scalar(name, c):
     return c
 
 
+def _int_scalar(name, t, c):
+    """An integer scalar operand of integer tensor ``t``: torch computes in ``t``'s dtype,
+    so a value past a narrower type's range wraps into it (``int8 + 300`` is ``int8 + 44``)."""
+    c = _int64_scalar(name, c)
+    dt = t._dtype
+    if dt is _dtypes.int64 or dt is _dtypes.bool_:
+        return c
+    return np.array(c, np.int64).astype(dt.np)[()]
+
+
 def _scalar_op(op, t, c, numpy_fn):
     if _int_result(t, c):
-        return _concrete(np.asarray(numpy_fn(t._value(), _int64_scalar(op.name.removesuffix("_scalar"), c))))
+        return _concrete(np.asarray(numpy_fn(t._value(), _int_scalar(op.name.removesuffix("_scalar"), t, c))))
     return record_unary(op, t, float(c))
 
 
@@ -386,7 +396,7 @@ def sub(input, other, alpha=1):
         return record_binary(SUB, input, other, np.subtract)
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(input._value() - _int64_scalar("sub", other * alpha)))
+            return _concrete(np.asarray(input._value() - _int_scalar("sub", input, other * alpha)))
         return record_unary(SUB_SCALAR, input, -float(other) * alpha)
     return sub(input, as_tensor_operand(other, input), alpha)
 
@@ -398,7 +408,7 @@ export(sub, name="subtract", method=True)
 def rsub(input, other, alpha=1):
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(_int64_scalar("rsub", other) - input._value()))
+            return _concrete(np.asarray(_int_scalar("rsub", input, other) - input._value()))
         if alpha != 1:
             input = mul(input, alpha)
         return record_unary(_u.RSUB_SCALAR, input, float(other))
@@ -479,6 +489,10 @@ export(div, name="true_divide", method=True)
 @export(function=False, dunders=("__rtruediv__",))
 def rdiv(input, other):
     if _is_scalar(other):
+        if input._dtype.narrow:   # torch's ``reciprocal() * other``: the reciprocal rounded first
+            with np.errstate(divide="ignore"):
+                inverse = np.float32(1) / input._value().astype(np.float32)
+            return record_unary(_u.MUL_SCALAR, _concrete(_dtypes.narrow_values(inverse, input._dtype)), float(other))
         return record_unary(_u.RDIV_SCALAR, input, float(other))
     return div(as_tensor_operand(other, input), input)
 
@@ -560,10 +574,28 @@ def minimum(input, other):
 
 # ---- comparisons and logic: values only, never gradients ---------------------------------
 
+def _narrow_operands(input, other, x, y):
+    """A comparison's operands in the narrow float dtype torch compares them in: a number
+    or a 0-d float32 tensor against a bfloat16 tensor is rounded to bfloat16 first (NumPy
+    does so for float16 arrays and Python numbers, not for bfloat16's float32 storage)."""
+    if isinstance(other, Tensor):
+        dt = result_dtype(input, other)
+    elif _is_scalar(other) and not isinstance(other, bool):
+        dt = input._dtype
+    else:
+        return x, y
+    if not dt.narrow:
+        return x, y
+    return _dtypes.narrow_values(x, dt), _dtypes.narrow_values(y, dt)
+
+
 def _compare(name, fn):
     def compare(input, other):
+        x = input._value()
         y = other._value() if isinstance(other, Tensor) else other
-        return _concrete(np.asarray(fn(input._value(), y)))
+        if input._dtype.narrow or (isinstance(other, Tensor) and other._dtype.narrow):
+            x, y = _narrow_operands(input, other, x, y)
+        return _concrete(np.asarray(fn(x, y)))
     compare.__name__ = compare.__qualname__ = name
     return compare
 

@@ -2,6 +2,8 @@
 keys, gather, index_select, masked_fill and where.  Their kernels and table entries are
 in ``movement.py``; basic keys make the views of ``views.py``.
 """
+import warnings
+
 import numpy as np
 
 from tapejit import dtypes as _dtypes
@@ -119,12 +121,26 @@ def _index_positions(shape, key):
         raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
 
 
+def _small_int_index(v):
+    """An index tensor of an integer dtype other than int64, as torch reads it: int32 as
+    indices, uint8 as a mask (deprecated, with torch's warning), int8/int16 refused."""
+    if v.dtype == np.int32:
+        return v
+    if v.dtype == np.uint8:
+        warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                      "instead.", UserWarning, stacklevel=4)
+        return v.astype(np.bool_)
+    raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+
+
 def _norm_key(key):
     key = key if isinstance(key, tuple) else (key,)
     out = []
     for k in key:
         if isinstance(k, Tensor):
             v = k._value()
+            if v.dtype.kind in "iu" and v.dtype != np.int64:
+                v = _small_int_index(v)
             k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
         elif isinstance(k, list):
             k = np.asarray([e._value() if isinstance(e, Tensor) else e for e in k])
@@ -364,7 +380,7 @@ def _index_values(op, index, allowed):
     if not isinstance(index, Tensor):
         raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
     idx = index._value()
-    if idx.dtype.kind not in "iu" or idx.dtype == np.uint64:
+    if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
         raise RuntimeError(f"{op}(): Expected dtype {allowed} for index (got {index._dtype.name} indices)")
     return idx.astype(np.int64, copy=False)
 

@@ -63,7 +63,7 @@ def _joined(op, tensors, dim, stack):
             inner = inner + [0] * len(skipped)
     if not dt.is_floating_point or not (_state.eager or (_state.grad and any(x._rg for x in tensors))):
         arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
-        return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
+        return _concrete(_dtypes.as_storage(np.stack(arrays, d) if stack else np.concatenate(arrays, d), dt))
     tape = _state.tape or _current()
     fields = [len(tensors), outer]
     rg = False

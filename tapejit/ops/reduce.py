@@ -482,6 +482,7 @@ from tapejit.tape import state as _state, current as _current  # noqa: E402
 from tapejit.tensor import _concrete  # noqa: E402
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.dtypes import as_dtype as _as_dtype  # noqa: E402
+from tapejit.dtypes import SCALAR_TYPE_NAMES as _SCALAR_TYPE_NAMES  # noqa: E402
 
 AMIN = same_kernels("amin", "AminBackward0", AMAX,
                     samples=cases(("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct),
@@ -509,8 +510,10 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
         if scale_by_count:
             raise RuntimeError(
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
-                f"complex dtype. Got: {x._dtype.name.capitalize()}")
-        return _concrete(np.asarray(x._value().sum(axis=dims, keepdims=keepdim)))
+                f"complex dtype. Got: {_SCALAR_TYPE_NAMES[x._dtype.name]}")
+        # torch sums bool and every integer dtype as int64 (or the dtype asked for), wrapping past its range
+        total = x._value().sum(axis=dims, keepdims=keepdim, dtype=np.int64)
+        return _concrete(np.asarray(total if dtype is None else total.astype(x._dtype.np)))
     if not on_tape(x):
         return eager(_sum_like, op, x, dim, keepdim, scale_by_count)
     count = _numel([x._shape[d] for d in dims]) if x._shape else 1
@@ -723,8 +726,8 @@ def argmin(input, dim=None, keepdim=False):
 def prod(input, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = input.to(_as_dtype(dtype, "prod"))
-    if not input._dtype.is_floating_point:
-        return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
+    if not input._dtype.is_floating_point:   # int64, as torch, whatever the integer dtype
+        return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim, dtype=np.int64)))
     kind = 2.0 if not input._shape else 1.0 if dim is None else 0.0   # see prod_backward
     return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim, kind, identity=True)
 

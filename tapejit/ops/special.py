@@ -836,6 +836,7 @@ from tapejit.inplace import apply_inplace  # noqa: E402
 from tapejit.ops import binary as _binary  # noqa: E402
 from tapejit.ops import unary as _unary  # noqa: E402
 from tapejit.recording import as_tensor_operand, eager, float_input, on_tape, record, record_binary, record_unary  # noqa: E402,E501
+from tapejit.recording import narrowed, wide  # noqa: E402
 from tapejit.tape import current as _current, state as _state  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
@@ -1048,6 +1049,10 @@ def lerp(input, end, weight):
     """``input + weight * (end - input)``, with a tensor or a number as ``weight``."""
     if not isinstance(end, Tensor):
         raise TypeError(f"lerp(): argument 'end' (position 2) must be Tensor, not {type(end).__name__}")
+    if input._dtype.narrow and end._dtype is input._dtype and getattr(weight, "_dtype", input._dtype) is input._dtype:
+        # one float32 kernel in torch, its result rounded once
+        return narrowed(lerp(wide(input), wide(end), wide(weight) if isinstance(weight, Tensor) else weight),
+                        input._dtype)
     if isinstance(weight, Tensor):
         if not (input._dtype.is_floating_point and end._dtype.is_floating_point
                 and weight._dtype.is_floating_point):

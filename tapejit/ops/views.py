@@ -325,7 +325,7 @@ def view(input, *shape):
     return _reshaped(input, shape)
 
 
-_TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+_TORCH_NAMES = _dtypes.SCALAR_TYPE_NAMES
 
 
 def _bits_as(input, dt):
