@@ -92,9 +92,8 @@ def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
     global _kinds, _saved, _lists, _sums, _SUM_BLOCK
     if _kinds is None or len(_kinds) != len(registry.OPS):
-        from tapejit.ops.reduce import SUM_BLOCK, sum_forward   # upward: the sum kernel's block, in ops/
-        _SUM_BLOCK = SUM_BLOCK
-        _sums = np.array([op.forward is sum_forward for op in registry.OPS])
+        _sums = np.array([op.runs == "sum" for op in registry.OPS])
+        _SUM_BLOCK = max((op.block for op in registry.OPS if op.runs == "sum"), default=None)
         _lists = np.array([op.listed is not None for op in registry.OPS])
         code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
