@@ -77,8 +77,10 @@ def _value_type(value, exported_types):
 def _tensor_class(exported_types):
     lines = ["class Tensor:"]
     ops = _op_names()
+    own = set().union(*(vars(cls) for cls in tapejit.Tensor.__mro__ if cls is not object))
     for name in sorted(dir(tapejit.Tensor)):
-        if name.startswith("__") and name.endswith("__") and name not in _TENSOR_DUNDERS:
+        dunder = name.startswith("__") and name.endswith("__")
+        if (dunder and (name not in own or name in _SKIPPED_DUNDERS)) or (name.startswith("_") and not dunder):
             continue
         static = inspect.getattr_static(tapejit.Tensor, name)
         if isinstance(static, (property, types.GetSetDescriptorType, types.MemberDescriptorType)):
@@ -89,18 +91,28 @@ def _tensor_class(exported_types):
             lines += ["    @classmethod", _function(name, static.__func__, "_Any", "    ", method=True)]
         elif callable(static):
             returns = "Tensor" if name in ops or name in _TENSOR_DUNDERS else "_Any"
-            lines.append(_function(name, static, returns, "    ", method=True))
+            returns = "None" if name == "__init__" else returns
+            line = _function(name, static, returns, "    ", method=True)
+            # torch's stub too: == gives a Tensor, which object's signature does not allow
+            lines.append(line + "  # type: ignore[override]" if name in ("__eq__", "__ne__") else line)
         else:
             lines.append(f"    {name}: {_value_type(static, exported_types)}")
     return lines
 
 
-# operators whose result is a Tensor (comparisons included); __eq__ keeps object's signature
-_TENSOR_DUNDERS = {"__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-                   "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
-                   "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__", "__lt__", "__le__",
-                   "__gt__", "__ge__", "__and__", "__or__", "__xor__", "__invert__", "__getitem__",
-                   "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"}
+# Python's own protocol, nothing a caller spells
+_SKIPPED_DUNDERS = {"__slots__", "__module__", "__doc__", "__dict__", "__weakref__", "__qualname__",
+                    "__annotations__", "__hash__", "__init_subclass__", "__subclasshook__", "__new__",
+                    "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__firstlineno__",
+                    "__static_attributes__", "__array_priority__", "__array_ufunc__", "__array_function__",
+                    "__array__"}
+# operators whose result is a Tensor (comparisons included)
+_TENSOR_DUNDERS = {"__abs__", "__add__", "__and__", "__eq__", "__floordiv__", "__ge__", "__getitem__",
+                   "__gt__", "__iadd__", "__imul__", "__invert__", "__ipow__", "__isub__", "__itruediv__",
+                   "__le__", "__lt__", "__matmul__", "__mod__", "__mul__", "__ne__", "__neg__", "__or__",
+                   "__pow__", "__radd__", "__rand__", "__rfloordiv__", "__rmatmul__", "__rmod__", "__rmul__",
+                   "__ror__", "__rpow__", "__rsub__", "__rtruediv__", "__rxor__", "__sub__", "__truediv__",
+                   "__xor__"}
 
 
 def _public_submodules():
