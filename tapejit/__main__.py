@@ -1,5 +1,5 @@
 """``python -m tapejit``: the demo; ``python -m tapejit --help`` lists the commands
-(``warmup``, ``cache info|clear``: tapejit/_cli.py)."""
+(``warmup``, ``cache info|clear``, ``stub``: tapejit/_cli.py)."""
 import sys
 
 from tapejit._cli import main

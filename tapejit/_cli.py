@@ -1,4 +1,4 @@
-"""``python -m tapejit``'s commands: the demo (no command), ``warmup`` and ``cache info|clear``."""
+"""``python -m tapejit``'s commands: the demo (no command), ``warmup``, ``cache info|clear`` and ``stub``."""
 import argparse
 import os
 import shutil
@@ -14,13 +14,15 @@ commands:
                  once per install; a program's first gradient then loads them)
   cache info     where tapejit's compiled-code cache is, its size, what it holds
   cache clear    delete this installation's compiled-code cache (asks first)
+  stub           write tapejit/__init__.pyi, the type stub of tj.* and Tensor's methods, from
+                 the op registry and the installed front ends (--check: exit 1 if it is stale)
 """
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tapejit", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", metavar="{warmup,cache}")
+    commands = parser.add_subparsers(dest="command", metavar="{warmup,cache,stub}")
     warm = commands.add_parser("warmup", help="compile every op group's sweeps ahead")
     warm.add_argument("--groups", help="comma-separated op groups (default: all of them)")
     warm.add_argument("--dtypes", default="float64,float32", help="comma-separated float dtypes "
@@ -31,13 +33,27 @@ def main(argv=None):
     cache = commands.add_parser("cache", help="the compiled-code cache: info or clear")
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument("--yes", action="store_true", help="clear without asking")
+    stub = commands.add_parser("stub", help="write the type stub tapejit/__init__.pyi")
+    stub.add_argument("--check", action="store_true", help="only check that it is current")
     args = parser.parse_args(argv)
     if args.command is None:
         demo()
         return 0
     if args.command == "warmup":
         return warmup(args.groups, args.dtypes, args.quiet, args.jobs)
+    if args.command == "stub":
+        return write_stub(args.check)
     return cache_info() if args.action == "info" else cache_clear(args.yes)
+
+
+def write_stub(check):
+    from tapejit import _stub
+    if check:
+        current = _stub.is_current()
+        print(f"{_stub.path()} is {'current' if current else 'stale: run python -m tapejit stub'}")
+        return 0 if current else 1
+    print(f"wrote {_stub.write()}")
+    return 0
 
 
 def _names(text):

@@ -180,10 +180,9 @@ def exponential_(self, lambd=1.0, *, generator=None):
 _METHODS = {f.__name__: f for f in (unsqueeze_, squeeze_, transpose_, swapdims_, swapaxes_, t_,
                                     normal_, uniform_, bernoulli_, exponential_)}
 
-# torch's function forms of in-place methods (torch.sin_(x) is x.sin_()).
-_FUNCTION_FORMS = ("abs_", "cos_", "sin_", "tan_", "exp_", "expm1_", "log_", "log1p_", "sqrt_", "rsqrt_",
-                   "neg_", "negative_", "sigmoid_", "tanh_", "relu_", "erf_", "square_", "clamp_min_",
-                   "clamp_max_", "clip_", "fill_", "zero_", "detach_")
+# torch's function forms of in-place methods (torch.sin_(x) is x.sin_()) that no op's
+# names declare (``names(..., in_place="function")`` makes tj.sin_ with the op's front ends).
+_FUNCTION_FORMS = ("square_", "clamp_min_", "clamp_max_", "fill_", "zero_", "detach_")
 
 
 def _function_form(name):

@@ -92,9 +92,8 @@ def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
     global _kinds, _saved, _lists, _sums, _SUM_BLOCK
     if _kinds is None or len(_kinds) != len(registry.OPS):
-        from tapejit.ops.reduce import SUM_BLOCK, sum_forward   # upward: the sum kernel's block, in ops/
-        _SUM_BLOCK = SUM_BLOCK
-        _sums = np.array([op.forward is sum_forward for op in registry.OPS])
+        _sums = np.array([op.runs == "sum" for op in registry.OPS])
+        _SUM_BLOCK = max((op.block for op in registry.OPS if op.runs == "sum"), default=None)
         _lists = np.array([op.listed is not None for op in registry.OPS])
         code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
@@ -572,8 +571,25 @@ def _listed(rows, ints):
     """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
     if not _lists[rows[:, 0] >> 1].any():
         return []
-    from tapejit.dependencies import listed_operands   # upward (it reads the ops' opcodes)
     return listed_operands(rows, ints)[1].tolist()
+
+
+def listed_operands(rec, ints):
+    """``(listed_at, listed)``: the extra operands of each record (``Op.listed``: cat, stack,
+    linear's bias) in CSR form, ``listed[listed_at[r]:listed_at[r + 1]]`` for record ``r``."""
+    n = len(rec)
+    ops = rec[:, 0] >> 1
+    with_list = [op.opcode for op in registry.OPS if op.listed is not None]
+    rows = np.flatnonzero(np.isin(ops, with_list)) if n else np.zeros(0, np.int64)
+    counts = np.zeros(n, np.int64)
+    listed = []
+    for r in rows.tolist():
+        fields = registry.OPS[int(ops[r])].listed(ints, int(rec[r, 4]))
+        counts[r] = len(fields)
+        listed.extend(fields)
+    listed_at = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=listed_at[1:])
+    return listed_at, np.array(listed, np.int64)
 
 
 def _to_scratch(chunks, rows, cached):

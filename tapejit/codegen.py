@@ -449,8 +449,9 @@ _modules = {}
 
 def load_sweeps(mask):
     """The compiled sweeps covering the op groups in ``mask``, generated if missing or stale;
-    made in memory, uncached, if the cache folder is unsafe or cannot be written."""
-    import tapejit.ops  # noqa: F401  (fills the registry)
+    made in memory, uncached, if the cache folder is unsafe or cannot be written.  The ops
+    have registered themselves: importing any part of tapejit imports the facade, which
+    imports tapejit.ops before a tape can exist."""
     module = _modules.get(mask)
     if module is not None:
         return module
@@ -468,7 +469,6 @@ def load_sweeps(mask):
 
 
 if __name__ == "__main__":
-    import tapejit.ops  # noqa: F401
     everything = group_mask(registry.GROUPS)
     print(f"writing {module_name(everything)}.py ({registry.registry_hash()})")
     load_sweeps(everything)

@@ -11,6 +11,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit._jit import sweep
+from tapejit.chunked import listed_operands  # noqa: F401  (engine, replay import it from here)
 from tapejit.ops.core import CAST
 
 
@@ -98,24 +99,6 @@ def prune_fields(rec, n, listed_at, listed, forced, load_op, cast_op, marks0, ma
             elif out < size1:
                 marks1[out] = 1
     return cut
-
-
-def listed_operands(rec, ints):
-    """``(listed_at, listed)``: the extra operands of each record (``Op.listed``: cat, stack,
-    linear's bias) in CSR form, ``listed[listed_at[r]:listed_at[r + 1]]`` for record ``r``."""
-    n = len(rec)
-    ops = rec[:, 0] >> 1
-    with_list = [op.opcode for op in registry.OPS if op.listed is not None]
-    rows = np.flatnonzero(np.isin(ops, with_list)) if n else np.zeros(0, np.int64)
-    counts = np.zeros(n, np.int64)
-    listed = []
-    for r in rows.tolist():
-        fields = registry.OPS[int(ops[r])].listed(ints, int(rec[r, 4]))
-        counts[r] = len(fields)
-        listed.extend(fields)
-    listed_at = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=listed_at[1:])
-    return listed_at, np.array(listed, np.int64)
 
 
 def dependencies(rec, ints, sizes, roots, grads_only, listed=None):

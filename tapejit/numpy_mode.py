@@ -1026,7 +1026,7 @@ _BINARY_FLOAT = {
 
 _DEG = float(np.pi / 180.0)
 
-_UNARY_FLOAT = dict(_interop._UNARY)
+_UNARY_FLOAT = dict(_interop._UNARY)   # with the registry's (np.arcsin: asin, ...)
 _UNARY_FLOAT.update({
     np.deg2rad: lambda x: x * _DEG,
     np.radians: lambda x: x * _DEG,
@@ -1034,14 +1034,6 @@ _UNARY_FLOAT.update({
     np.degrees: lambda x: x * (1.0 / _DEG),
     np.conjugate: lambda x: x,
     np.fabs: lambda x: x.abs(),
-    np.arcsin: lambda x: _tj().asin(x),
-    np.arccos: lambda x: _tj().acos(x),
-    np.arctan: lambda x: _tj().atan(x),
-    np.arcsinh: lambda x: _tj().asinh(x),
-    np.arccosh: lambda x: _tj().acosh(x),
-    np.arctanh: lambda x: _tj().atanh(x),
-    np.sinh: lambda x: _tj().sinh(x),
-    np.cosh: lambda x: _tj().cosh(x),
     np.cbrt: lambda x: x.sign() * x.abs() ** (1.0 / 3.0),
 })
 

@@ -13,6 +13,13 @@ Kinds of op, each with the rule shapes the sweep generator knows how to loop ove
 ``kernel``  a whole-record forward ``(v, out, a, b, p, q, ints, floats)`` and backward
             ``(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)`` kernel pair.
 ``load``    brings a leaf, a constant or another tape's tensor into the arena (no kernel).
+
+Each ``define_*`` also takes the op's ``names`` (``Names``): its ``tj.`` function, Tensor
+method, in-place variant, ``tj.special`` and NumPy names.  The front ends of an op whose
+names say so are generated from them (``tapejit/ops/_front_ends.py``), and the NumPy
+dispatch table, the type stub and the tests' name lists are read from them.  Names never
+reach compiled code, so they are no part of ``registry_hash()``, and ``Names`` lives in
+``tapejit/op_names.py``, outside the hashed generator files: renaming recompiles nothing.
 """
 import hashlib
 import types
@@ -22,6 +29,8 @@ from typing import Callable, Optional
 
 import numpy as np
 from numba.core.types import Type as NumbaType
+
+from tapejit.op_names import Names, names  # noqa: F401  (ops modules import them from here)
 
 
 @dataclass
@@ -54,6 +63,12 @@ class Op:
     # linear's bias): ``listed(ints, p)`` gives the extra operands' encoded offsets, so
     # that a replay's dead-code pass and gradient reachability see every input.
     listed: Optional[Callable] = None
+    # What a chunked run (tapejit/chunked.py) may hold of a kernel op: "copy" a contiguous
+    # range of the source (slices, reshapes), "sum" a full sum that joins the run it sums,
+    # in blocks of ``block`` elements (the kernel's own summation order); "" nothing.
+    runs: str = ""
+    block: int = 0
+    names: Optional[Names] = None  # front-end names: not compiled, not hashed
     opcode: int = -1
     module: str = ""
 
@@ -86,38 +101,41 @@ def _register(op):
 
 
 def define_unary(name, node, value, grad, nconst=0, saves=True, samples=None, group="", saved="a",
-                 operands=1, vectorized=False):
+                 operands=1, vectorized=False, names=None):
     """``operands=2`` for ops with a Python-scalar operand, which PyTorch shows as (None, 0)."""
     return _register(Op(name, node, "unary", saves=saves, value=value, grad=grad,
                         nconst=nconst, samples=samples, module=value.py_func.__module__,
-                        operands=operands, group=group, saved=saved, vectorized=vectorized))
+                        operands=operands, group=group, saved=saved, vectorized=vectorized, names=names))
 
 
 def define_binary(name, node, value, grad_x, grad_y, saves=True, samples=None, group="",
-                  vectorized=False, saved="ab"):
+                  vectorized=False, saved="ab", names=None):
     return _register(Op(name, node, "binary", saves=saves, value=value, grad_x=grad_x,
                         grad_y=grad_y, samples=samples, module=value.py_func.__module__, group=group,
-                        vectorized=vectorized, saved=saved))
+                        vectorized=vectorized, saved=saved, names=names))
 
 
 def define_kernel(name, node, forward, backward, saves=True, samples=None, operands=2, group="",
-                  saved="ab", listed=None):
+                  saved="ab", listed=None, runs="", block=0, names=None):
+    if runs not in ("", "copy", "sum"):
+        raise ValueError(f"op {name!r}: runs must be '', 'copy' or 'sum', got {runs!r}")
     return _register(Op(name, node, "kernel", saves=saves, forward=forward, backward=backward,
                         samples=samples, module=forward.py_func.__module__, operands=operands,
-                        group=group, saved=saved, listed=listed))
+                        group=group, saved=saved, listed=listed, runs=runs, block=block, names=names))
 
 
-def define_special(name, node, kind, saves=False, samples=None):
-    return _register(Op(name, node, kind, saves=saves, samples=samples, module="tapejit.ops.core"))
+def define_special(name, node, kind, saves=False, samples=None, names=None):
+    return _register(Op(name, node, kind, saves=saves, samples=samples, module="tapejit.ops.core", names=names))
 
 
-def same_kernels(name, node, like, saves=None, samples=None, saved=None):
+def same_kernels(name, node, like, saves=None, samples=None, saved=None, names=None):
     """A second op name (its own grad_fn name) running another op's kernels."""
     op = Op(name, node, like.kind, saves=like.saves if saves is None else saves,
             value=like.value, grad=like.grad, grad_x=like.grad_x, grad_y=like.grad_y,
             forward=like.forward, backward=like.backward, nconst=like.nconst,
             samples=samples, module=like.module, operands=like.operands, group=like.group,
-            saved=like.saved if saved is None else saved, vectorized=like.vectorized, listed=like.listed)
+            saved=like.saved if saved is None else saved, vectorized=like.vectorized, listed=like.listed,
+            runs=like.runs, block=like.block, names=names)
     return _register(op)
 
 
@@ -126,20 +144,20 @@ def elementwise_kind(op):
     the ops whose records a chunked run may hold (``tapejit/chunked.py``); else None."""
     if op.kind in ("unary", "binary"):
         return op.kind
-    from tapejit.ops.movement import copy_range_forward
-    return "copy" if op.forward is copy_range_forward else None
+    return "copy" if op.runs == "copy" else None
 
 
 def in_chunked_runs(op):
     """Whether a chunked run's backward sweep (``backward_elementwise``) may meet a record of
     ``op``: the elementwise ops, and the sums (a full sum joins the run it sums)."""
-    from tapejit.ops.reduce import sum_forward
-    return elementwise_kind(op) is not None or op.forward is sum_forward
+    return elementwise_kind(op) is not None or op.runs == "sum"
 
 
 # The generator's own files: any edit to them can change every sweep.
 GENERATOR_FILES = ("codegen.py", "_inline.py", "_jit.py", "registry.py")
 _COMPILED_PARTS = ("value", "grad", "grad_x", "grad_y", "forward", "backward")
+# Fields that never reach compiled code: how the op is spelled (front ends, NumPy names).
+_NOT_COMPILED = ("names",)
 
 
 def generator_files():
@@ -225,8 +243,8 @@ def _feed_function(h, fn, seen):
 def registry_hash():
     """Hash of what the sweeps are generated from: the generator's files, every op's table
     entry, and the code of every compiled rule and kernel with what it calls and the
-    constants it reads.  Python that never runs inside a sweep (front ends, samples,
-    derivative formulas, comments) is not part of it, so editing it recompiles nothing.
+    constants it reads.  Python that never runs inside a sweep (front ends, the ops' names,
+    samples, derivative formulas, comments) is not part of it, so editing it recompiles nothing.
     A few milliseconds, once per process when the first sweep loads."""
     h = hashlib.sha256()
     for f in generator_files():
@@ -235,6 +253,8 @@ def registry_hash():
     seen = set()
     for op in OPS:
         for field, value in vars(op).items():
+            if field in _NOT_COMPILED:
+                continue
             if field in _COMPILED_PARTS:
                 fn = _compiled_function(value) if value is not None else None
                 if fn is not None:

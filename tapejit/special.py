@@ -1,39 +1,37 @@
 """``tj.special``: torch.special's names for tapejit's special functions (SciPy's names too,
 where torch has them: ``gammaln``, ``psi``, ``expit``, ``xlogy``, ``xlog1py``, ``ndtr``).
 
-The functions are the registry's ops (``tapejit/ops/special.py`` and the elementary ones);
-``ndtr`` is torch's own composition ``(1 + erf(x / sqrt(2))) / 2``.
+The functions of one or two tensors are the registry's ops that name themselves here
+(``names(..., special=("expit",))`` in ``tapejit/ops/``); the others, with more arguments, are
+written below; ``ndtr`` is torch's own composition ``(1 + erf(x / sqrt(2))) / 2``.
 """
 from tapejit.api import front_end as _front_end
 from tapejit.ops import activation as _activation
 from tapejit.ops import reduce as _reduce
 from tapejit.ops import special as _special
 from tapejit.ops import unary as _unary
-
-__all__ = ["digamma", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln", "log1p",
-           "log_softmax", "logit", "logsumexp", "ndtr", "polygamma", "psi", "round", "sinc", "softmax",
-           "xlog1py", "xlogy"]
+from tapejit.ops._front_ends import front_end_of as _front_end_of, named_ops as _named_ops
 
 
-def _named(name, fn):
-    def special(input):
-        return fn(input)
+def _named(name, fn, kind):
+    if kind == "binary":
+        def special(input, other):
+            return fn(input, other)
+    else:
+        def special(input):
+            return fn(input)
     special.__name__ = special.__qualname__ = name
     special.__doc__ = fn.__doc__
     return _front_end(special, f"special_{name}")
 
 
-gammaln = _named("gammaln", _special.lgamma)
-digamma = _named("digamma", _special.digamma)
-psi = _named("psi", _special.digamma)
-erf = _named("erf", _unary.erf)
-erfc = _named("erfc", _special.erfc)
-erfinv = _named("erfinv", _special.erfinv)
-expit = _named("expit", _unary.sigmoid)
-exp2 = _named("exp2", _special.exp2)
-expm1 = _named("expm1", _unary.expm1)
-log1p = _named("log1p", _unary.log1p)
-sinc = _named("sinc", _special.sinc)
+_FROM_OPS = []
+for _op in _named_ops():
+    for _name in _op.names.special:
+        # a whole-record kernel named here (lgamma) takes one tensor, as the elementwise unary ops
+        globals()[_name] = _named(_name, _front_end_of(_op), "binary" if _op.kind == "binary" else "unary")
+        _FROM_OPS.append(_name)
+del _op
 
 
 def polygamma(n, input):
@@ -46,14 +44,6 @@ def round(input, *, decimals=0):  # noqa: A001 (torch.special's name)
 
 def logit(input, eps=None):
     return _special.logit(input, eps)
-
-
-def xlogy(input, other):
-    return _special.xlogy(input, other)
-
-
-def xlog1py(input, other):
-    return _special.xlog1py(input, other)
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -73,7 +63,9 @@ def ndtr(input):
     return (_unary.erf(input * 0.7071067811865476) + 1.0) * 0.5
 
 
-for _name in ("polygamma", "round", "logit", "xlogy", "xlog1py", "logsumexp", "softmax", "log_softmax",
-              "ndtr"):
+_WRITTEN = ["polygamma", "round", "logit", "logsumexp", "softmax", "log_softmax", "ndtr"]
+for _name in _WRITTEN:
     globals()[_name] = _front_end(globals()[_name], f"special_{_name}")
 del _name
+
+__all__ = sorted(_FROM_OPS + _WRITTEN)

@@ -116,6 +116,19 @@ def test_hash_ignores_python_outside_the_sweeps(monkeypatch):
     assert registry.registry_hash() == before
 
 
+def test_hash_ignores_an_ops_names(monkeypatch):
+    """Renaming an op's front ends (``tj.log1p`` -> ``tj.log_one_plus``, a new NumPy name, no
+    in-place variant) changes no compiled code: no recompile; the same entry's rule does."""
+    before = registry.registry_hash()
+    log1p = registry.BY_NAME["log1p"]
+    monkeypatch.setattr(log1p, "names", registry.names("log_one_plus", numpy=("log1p", "log"), in_place=""))
+    assert registry.registry_hash() == before
+    monkeypatch.setattr(log1p, "names", None)
+    assert registry.registry_hash() == before
+    monkeypatch.setattr(unary.log1p_grad, "__code__", _edited_exp_grad.__code__)
+    assert registry.registry_hash() != before
+
+
 def test_regenerates_only_when_text_changes(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))
     arith = codegen.group_mask(["arith"])

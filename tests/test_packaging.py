@@ -141,6 +141,7 @@ def test_the_wheel_holds_the_license_the_plugin_and_the_version(tmp_path):
         info = f"tapejit-{tapejit.__version__}.dist-info"
         assert f"{info}/licenses/LICENSE" in names
         assert "pytest_tapejit.py" in names and "tapejit/_version.py" in names
+        assert "tapejit/__init__.pyi" in names and "tapejit/py.typed" in names   # editors see tj.exp
         assert "[pytest11]\ntapejit = pytest_tapejit" in z.read(f"{info}/entry_points.txt").decode()
         metadata = z.read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata and "Requires-Dist: threadpoolctl" in metadata
@@ -350,7 +351,7 @@ def test_a_first_gradient_logs_its_compile_with_groups_dtype_and_time(tmp_path):
 
 def test_help_lists_the_commands():
     out = tapejit_cli("--help")
-    for text in ("warmup", "cache info", "cache clear", "With no command: the seed example"):
+    for text in ("warmup", "cache info", "cache clear", "stub", "With no command: the seed example"):
         assert text in out.stdout
 
 

@@ -10,7 +10,7 @@ raise, as PyTorch (NumPy would give 0).
 import numpy as np
 
 from tapejit._jit import rule
-from tapejit.registry import define_binary
+from tapejit.registry import define_binary, names
 from tapejit.samples import binary_samples, cases, anywhere, positive, away_from_zero
 
 
@@ -30,7 +30,8 @@ def add_grad_y(x, y, z, g):
 
 
 ADD = define_binary("add", "AddBackward0", add_value, add_grad_x, add_grad_y, saves=False,
-                    vectorized=True, samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y))
+                    vectorized=True, samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y),
+                    names=names("add", in_place="method", written=True))
 
 
 @rule
@@ -44,7 +45,8 @@ def sub_grad_y(x, y, z, g):
 
 
 SUB = define_binary("sub", "SubBackward0", sub_value, add_grad_x, sub_grad_y, saves=False,
-                    vectorized=True, samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y))
+                    vectorized=True, samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y),
+                    names=names("sub", "subtract", in_place="method", written=True))
 
 
 @rule
@@ -63,7 +65,8 @@ def mul_grad_y(x, y, z, g):
 
 
 MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y, saved="AB",
-                    vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
+                    vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y),
+                    names=names("mul", "multiply", in_place="method", written=True))
 
 
 @rule
@@ -104,7 +107,8 @@ def div_grad_y(x, y, z, g):
 
 
 DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y, saved="Ab",
-                    vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
+                    vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y),
+                    names=names("div", "divide", "true_divide", in_place="method", written=True))
 
 
 @rule
@@ -127,7 +131,8 @@ def pow_grad_y(x, y, z, g):
 
 
 POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y, saved="abo",
-                    samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y))
+                    samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y),
+                    names=names("pow", in_place="method", written=True))
 
 
 @rule
@@ -160,7 +165,8 @@ def maximum_grad_y(x, y, z, g):
 
 
 MAXIMUM = define_binary("maximum", "MaximumBackward0", maximum_value, maximum_grad_x, maximum_grad_y,
-                        samples=binary_samples("maximum", away_from_zero))
+                        samples=binary_samples("maximum", away_from_zero),
+                        names=names("maximum", written=True))
 
 
 @rule
@@ -189,7 +195,8 @@ def minimum_grad_y(x, y, z, g):
 
 
 MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_grad_x, minimum_grad_y,
-                        samples=binary_samples("minimum", away_from_zero))
+                        samples=binary_samples("minimum", away_from_zero),
+                        names=names("minimum", written=True))
 
 
 # clamp with a tensor bound (x, bound): PyTorch's value, NaN from either, and its masks: the
@@ -275,7 +282,8 @@ _DIVIDENDS, _DIVISORS = _modulo_inputs(lambda rng, shape: rng.choice([-1.0, 1.0]
 
 REMAINDER = define_binary("remainder", "RemainderBackward1", remainder_value, add_grad_x, remainder_grad_y,
                           samples=binary_samples("remainder", _DIVIDENDS, _DIVISORS,
-                                                 fn=lambda tj, x, y: tj.remainder(x, y)))
+                                                 fn=lambda tj, x, y: tj.remainder(x, y)),
+                          names=names("remainder", written=True))
 
 
 @rule
@@ -289,7 +297,8 @@ def fmod_grad_y(x, y, z, g):
 
 
 FMOD = define_binary("fmod", "FmodBackward1", fmod_value, add_grad_x, fmod_grad_y,
-                     samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)))
+                     samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)),
+                     names=names("fmod", written=True))
 
 
 # ---- front ends ---------------------------------------------------------------------------
@@ -686,6 +695,11 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 export(in_place("addcmul_", addcmul), method=True, function=False)
 export(in_place("addcdiv_", addcdiv), method=True, function=False)
+
+
+# torch's in-place forms of the aliases (Tensor.subtract_, ...): no function forms, as torch
+for _alias, _fn in (("subtract", sub), ("multiply", mul), ("divide", div), ("true_divide", div)):
+    export(in_place(_alias + "_", _fn), method=True, function=False)
 
 
 @export(method=True, function=False)

@@ -52,7 +52,7 @@ def _t(tj, x):
 
 
 RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
-                        operands=1, group="copy",
+                        operands=1, group="copy", runs="copy",
                         samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
                                       ("view", lambda tj, x: x.view(-1), [(3, 4)], anywhere),
                                       ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere)))

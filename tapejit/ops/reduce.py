@@ -116,7 +116,7 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False, group="sum",
-                    operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
+                    runs="sum", block=SUM_BLOCK, operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
                                   ("sum_scalar", lambda tj, x: tj.sum(x), [()], anywhere)))
 SUM_DIM = same_kernels("sum_dim", "SumBackward1", SUM,
                        samples=cases(("sum0", lambda tj, x: x.sum(0), [(3, 4)], anywhere),

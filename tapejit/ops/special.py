@@ -31,7 +31,7 @@ import numpy as np
 
 from tapejit._jit import helper, kernel, rule
 from tapejit.ops._kernel_helpers import acc
-from tapejit.registry import define_binary, define_kernel, define_unary, same_kernels
+from tapejit.registry import define_binary, define_kernel, define_unary, names, same_kernels
 from tapejit.samples import anywhere, away_from_zero, binary_samples, cases, positive, unary_samples
 
 
@@ -213,21 +213,24 @@ def gamma_family_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         acc(g, a + i, g[out + i] * d, ma)
 
 
-def _gamma_family(name, node, samples):
+def _gamma_family(name, node, samples, names=None):
     return define_kernel(name, node, gamma_family_forward, gamma_family_backward, operands=1, saved="a",
-                         group="special", samples=samples)
+                         group="special", samples=samples, names=names)
 
 
-LGAMMA = _gamma_family("lgamma", "LgammaBackward0", unary_samples("lgamma", non_integer))
+LGAMMA = _gamma_family("lgamma", "LgammaBackward0", unary_samples("lgamma", non_integer),
+                       names=names("lgamma", in_place="method", special=("gammaln",), written=True))
 DIGAMMA = _gamma_family("digamma", "DigammaBackward0",
                         lambda rng: (unary_samples("digamma", converged)(rng)
                                      + unary_samples("digamma_psi", converged,
-                                                     lambda tj, x: tj.special.psi(x), shapes=[(3,)])(rng)))
+                                                     lambda tj, x: tj.special.psi(x), shapes=[(3,)])(rng)),
+                        names=names("digamma", in_place="method", special=("digamma", "psi"), written=True))
 POLYGAMMA = _gamma_family("polygamma", "PolygammaBackward0",
                           cases(("polygamma0", lambda tj, x: tj.polygamma(0, x), [(4,)], converged),
                                 ("polygamma1", lambda tj, x: tj.polygamma(1, x), [(4,)], converged),
                                 ("polygamma2", lambda tj, x: tj.polygamma(2, x), [(2, 3)], positive),
-                                ("polygamma3_method", lambda tj, x: x.polygamma(3), [(5,)], non_integer)))
+                                ("polygamma3_method", lambda tj, x: x.polygamma(3), [(5,)], non_integer)),
+                                names=names("polygamma", in_place="method", written=True))
 
 
 # ---- error function ---------------------------------------------------------------------------
@@ -243,7 +246,8 @@ def erfc_grad(x, y, g, c0, c1):
     return -1.1283791670955126 * np.exp(-x * x) * g
 
 
-ERFC = _special("erfc", "ErfcBackward0", erfc_value, erfc_grad, samples=unary_samples("erfc", anywhere))
+ERFC = _special("erfc", "ErfcBackward0", erfc_value, erfc_grad, samples=unary_samples("erfc", anywhere),
+                names=names("erfc", in_place="function", special=("erfc",)))
 
 
 @rule
@@ -284,7 +288,8 @@ def erfinv_grad(x, y, g, c0, c1):
 
 
 ERFINV = _special("erfinv", "ErfinvBackward0", erfinv_value, erfinv_grad,
-                  samples=unary_samples("erfinv", inside_unit))
+                  samples=unary_samples("erfinv", inside_unit),
+                  names=names("erfinv", in_place="method", special=("erfinv",)))
 
 
 # ---- inverse trigonometric and hyperbolic functions ------------------------------------------
@@ -370,14 +375,22 @@ def cosh_grad(x, y, g, c0, c1):
     return g * np.sinh(x)
 
 
-ASIN = _elementary("asin", "AsinBackward0", asin_value, asin_grad, samples=unary_samples("asin", inside_unit))
-ACOS = _elementary("acos", "AcosBackward0", acos_value, acos_grad, samples=unary_samples("acos", inside_unit))
-ATAN = _elementary("atan", "AtanBackward0", atan_value, atan_grad, samples=unary_samples("atan", anywhere))
-ASINH = _elementary("asinh", "AsinhBackward0", asinh_value, asinh_grad, samples=unary_samples("asinh", anywhere))
-ACOSH = _elementary("acosh", "AcoshBackward0", acosh_value, acosh_grad, samples=unary_samples("acosh", above_one))
-ATANH = _elementary("atanh", "AtanhBackward0", atanh_value, atanh_grad, samples=unary_samples("atanh", inside_unit))
-SINH = _elementary("sinh", "SinhBackward0", sinh_value, sinh_grad, samples=unary_samples("sinh", anywhere))
-COSH = _elementary("cosh", "CoshBackward0", cosh_value, cosh_grad, samples=unary_samples("cosh", anywhere))
+ASIN = _elementary("asin", "AsinBackward0", asin_value, asin_grad, samples=unary_samples("asin", inside_unit),
+                   names=names("asin", "arcsin", in_place="function", numpy=("arcsin",)))
+ACOS = _elementary("acos", "AcosBackward0", acos_value, acos_grad, samples=unary_samples("acos", inside_unit),
+                   names=names("acos", "arccos", in_place="function", numpy=("arccos",)))
+ATAN = _elementary("atan", "AtanBackward0", atan_value, atan_grad, samples=unary_samples("atan", anywhere),
+                   names=names("atan", "arctan", in_place="function", numpy=("arctan",)))
+ASINH = _elementary("asinh", "AsinhBackward0", asinh_value, asinh_grad, samples=unary_samples("asinh", anywhere),
+                    names=names("asinh", "arcsinh", in_place="function", numpy=("arcsinh",)))
+ACOSH = _elementary("acosh", "AcoshBackward0", acosh_value, acosh_grad, samples=unary_samples("acosh", above_one),
+                    names=names("acosh", "arccosh", in_place="function", numpy=("arccosh",)))
+ATANH = _elementary("atanh", "AtanhBackward0", atanh_value, atanh_grad, samples=unary_samples("atanh", inside_unit),
+                    names=names("atanh", "arctanh", in_place="function", numpy=("arctanh",)))
+SINH = _elementary("sinh", "SinhBackward0", sinh_value, sinh_grad, samples=unary_samples("sinh", anywhere),
+                   names=names("sinh", in_place="function", numpy=("sinh",)))
+COSH = _elementary("cosh", "CoshBackward0", cosh_value, cosh_grad, samples=unary_samples("cosh", anywhere),
+                   names=names("cosh", in_place="function", numpy=("cosh",)))
 
 
 # ---- logarithms and exponentials in base 2 and 10 --------------------------------------------
@@ -413,9 +426,12 @@ def exp2_grad(x, y, g, c0, c1):
     return g * y * 0.6931471805599453
 
 
-LOG2 = _elementary("log2", "Log2Backward0", log2_value, log2_grad, samples=unary_samples("log2", positive))
-LOG10 = _elementary("log10", "Log10Backward0", log10_value, log10_grad, samples=unary_samples("log10", positive))
-EXP2 = _elementary("exp2", "Exp2Backward0", exp2_value, exp2_grad, saved="o", samples=unary_samples("exp2", anywhere))
+LOG2 = _elementary("log2", "Log2Backward0", log2_value, log2_grad, samples=unary_samples("log2", positive),
+                   names=names("log2", in_place="function"))
+LOG10 = _elementary("log10", "Log10Backward0", log10_value, log10_grad, samples=unary_samples("log10", positive),
+                    names=names("log10", in_place="function"))
+EXP2 = _elementary("exp2", "Exp2Backward0", exp2_value, exp2_grad, saved="o", samples=unary_samples("exp2", anywhere),
+                   names=names("exp2", in_place="function", special=("exp2",)))
 
 
 @rule
@@ -429,7 +445,8 @@ def reciprocal_grad(x, y, g, c0, c1):
 
 
 RECIPROCAL = _elementary("reciprocal", "ReciprocalBackward0", reciprocal_value, reciprocal_grad, saved="o",
-                      samples=unary_samples("reciprocal", away_from_zero))
+                      samples=unary_samples("reciprocal", away_from_zero),
+                      names=names("reciprocal", in_place="function"))
 
 
 # ---- rounding: piecewise constant, an exact zero gradient as torch's zeros_like --------------
@@ -479,14 +496,18 @@ def frac_grad(x, y, g, c0, c1):
 
 
 FLOOR = _elementary("floor", "FloorBackward0", floor_value, zero_grad, saves=False,
-                 samples=unary_samples("floor", between_steps))
+                 samples=unary_samples("floor", between_steps),
+                 names=names("floor", in_place="function", integer=np.copy))
 CEIL = _elementary("ceil", "CeilBackward0", ceil_value, zero_grad, saves=False,
-                samples=unary_samples("ceil", between_steps))
+                samples=unary_samples("ceil", between_steps),
+                names=names("ceil", in_place="function", integer=np.copy))
 TRUNC = _elementary("trunc", "TruncBackward0", trunc_value, zero_grad, saves=False,
                  samples=lambda rng: (unary_samples("trunc", between_steps)(rng)
-                                      + unary_samples("fix", between_steps, lambda tj, x: x.fix(), [(4,)])(rng)))
+                                      + unary_samples("fix", between_steps, lambda tj, x: x.fix(), [(4,)])(rng)),
+                 names=names("trunc", "fix", in_place="function", integer=np.copy))
 ROUND = _elementary("round", "RoundBackward0", round_value, zero_grad, saves=False,
-                 samples=unary_samples("round", between_steps))
+                 samples=unary_samples("round", between_steps),
+                 names=names("round", in_place="function", written=True))
 ROUND_DECIMALS = _elementary("round_decimals", "RoundBackward1", round_decimals_value, zero_grad, nconst=2,
                           saves=False,
                           samples=cases(("round_decimals", lambda tj, x: tj.round(x * 10.0, decimals=1),
@@ -494,7 +515,8 @@ ROUND_DECIMALS = _elementary("round_decimals", "RoundBackward1", round_decimals_
                                         ("round_decimals_neg", lambda tj, x: x.round(decimals=-1),
                                          [(2, 3)], lambda rng, s: between_steps(rng, s) * 10.0)))
 FRAC = _elementary("frac", "FracBackward0", frac_value, frac_grad, saves=False,
-                samples=unary_samples("frac", between_steps))
+                samples=unary_samples("frac", between_steps),
+                names=names("frac", in_place="function", written=True))
 
 
 # ---- sinc, degrees, logit ---------------------------------------------------------------------
@@ -516,7 +538,8 @@ def sinc_grad(x, y, g, c0, c1):
     return g * (np.cos(t) * t - np.sin(t)) / (t * x)
 
 
-SINC = _elementary("sinc", "SincBackward0", sinc_value, sinc_grad, samples=unary_samples("sinc", anywhere))
+SINC = _elementary("sinc", "SincBackward0", sinc_value, sinc_grad, samples=unary_samples("sinc", anywhere),
+                   names=names("sinc", in_place="function", special=("sinc",)))
 
 
 @rule
@@ -540,9 +563,11 @@ def rad2deg_grad(x, y, g, c0, c1):
 
 
 DEG2RAD = _elementary("deg2rad", "Deg2RadBackward0", deg2rad_value, deg2rad_grad, saves=False,
-                   samples=unary_samples("deg2rad", anywhere))
+                   samples=unary_samples("deg2rad", anywhere),
+                   names=names("deg2rad", in_place="function"))
 RAD2DEG = _elementary("rad2deg", "Rad2DegBackward0", rad2deg_value, rad2deg_grad, saves=False,
-                   samples=unary_samples("rad2deg", anywhere))
+                   samples=unary_samples("rad2deg", anywhere),
+                   names=names("rad2deg", in_place="function"))
 
 
 @rule
@@ -572,7 +597,8 @@ def logit_grad(x, y, g, c0, c1):
 LOGIT = _special("logit", "LogitBackward0", logit_value, logit_grad, nconst=1,
                  samples=cases(("logit", lambda tj, x: tj.logit(x), [(3, 4)], probability),
                                ("logit_eps", lambda tj, x: x.logit(0.2), [(6,)], probability),
-                               ("logit_special", lambda tj, x: tj.special.logit(x), [(2,)], probability)))
+                               ("logit_special", lambda tj, x: tj.special.logit(x), [(2,)], probability)),
+                               names=names("logit", in_place="function", written=True))
 
 
 # ---- nan_to_num: three static floats, so a kernel -------------------------------------------
@@ -618,7 +644,8 @@ NAN_TO_NUM = define_kernel("nan_to_num", "NanToNumBackward0", nan_to_num_forward
                            operands=1, saved="a", group="special",
                            samples=cases(("nan_to_num", lambda tj, x: tj.nan_to_num(x), [(3, 4)], anywhere),
                                          ("nan_to_num_args", lambda tj, x: x.nan_to_num(1.0, 2.0, -2.0),
-                                          [(5,)], anywhere)))
+                                          [(5,)], anywhere)),
+                                          names=names("nan_to_num", in_place="function", written=True))
 
 
 # ---- two operands -----------------------------------------------------------------------------
@@ -649,7 +676,8 @@ def atan2_grad_y(x, y, z, g):
 
 
 ATAN2 = define_binary("atan2", "Atan2Backward0", atan2_value, atan2_grad_x, atan2_grad_y, group="elementary",
-                      samples=binary_samples("atan2", away_from_zero))
+                      samples=binary_samples("atan2", away_from_zero),
+                      names=names("atan2", "arctan2", in_place="method"))
 
 
 @rule
@@ -668,7 +696,8 @@ def hypot_grad_y(x, y, z, g):
 
 
 HYPOT = define_binary("hypot", "HypotBackward0", hypot_value, hypot_grad_x, hypot_grad_y, group="elementary",
-                      samples=binary_samples("hypot", away_from_zero))
+                      samples=binary_samples("hypot", away_from_zero),
+                      names=names("hypot", in_place="method"))
 
 
 @rule
@@ -690,7 +719,8 @@ def logaddexp_grad_y(x, y, z, g):
 
 
 LOGADDEXP = define_binary("logaddexp", "LogaddexpBackward0", logaddexp_value, logaddexp_grad_x,
-                          logaddexp_grad_y, group="elementary", samples=binary_samples("logaddexp", anywhere))
+                          logaddexp_grad_y, group="elementary", samples=binary_samples("logaddexp", anywhere),
+                          names=names("logaddexp"))
 
 
 @rule
@@ -712,7 +742,8 @@ def logaddexp2_grad_y(x, y, z, g):
 
 
 LOGADDEXP2 = define_binary("logaddexp2", "Logaddexp2Backward0", logaddexp2_value, logaddexp2_grad_x,
-                           logaddexp2_grad_y, group="elementary", samples=binary_samples("logaddexp2", anywhere))
+                           logaddexp2_grad_y, group="elementary", samples=binary_samples("logaddexp2", anywhere),
+                           names=names("logaddexp2"))
 
 
 @rule
@@ -742,7 +773,8 @@ def xlogy_grad_y(x, y, z, g):
 
 
 XLOGY = define_binary("xlogy", "XlogyBackward0", xlogy_value, xlogy_grad_x, xlogy_grad_y, group="special",
-                      samples=binary_samples("xlogy", anywhere, positive))
+                      samples=binary_samples("xlogy", anywhere, positive),
+                      names=names("xlogy", in_place="function", special=("xlogy",)))
 
 
 @rule
@@ -774,7 +806,8 @@ def xlog1py_grad_y(x, y, z, g):
 XLOG1PY = define_binary("xlog1py", "SpecialXlog1PyBackward0", xlog1py_value, xlog1py_grad_x, xlog1py_grad_y,
                         group="special",
                         samples=binary_samples("xlog1py", anywhere, positive,
-                                               fn=lambda tj, x, y: tj.special.xlog1py(x, y)))
+                                               fn=lambda tj, x, y: tj.special.xlog1py(x, y)),
+                                               names=names(special=("xlog1py",)))
 
 
 @rule
@@ -825,17 +858,20 @@ def fmin_grad_y(x, y, z, g):
 
 
 FMAX = define_binary("fmax", "FmaxBackward0", fmax_value, fmax_grad_x, fmax_grad_y, group="elementary",
-                     samples=binary_samples("fmax", away_from_zero))
+                     samples=binary_samples("fmax", away_from_zero),
+                     names=names("fmax", integer=np.fmax))
 FMIN = define_binary("fmin", "FminBackward0", fmin_value, fmin_grad_x, fmin_grad_y, group="elementary",
-                     samples=binary_samples("fmin", away_from_zero))
+                     samples=binary_samples("fmin", away_from_zero),
+                     names=names("fmin", integer=np.fmin))
 
 
 # ---- front ends -------------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
+from tapejit.ops._front_ends import generate  # noqa: E402
 from tapejit.inplace import apply_inplace  # noqa: E402
 from tapejit.ops import binary as _binary  # noqa: E402
 from tapejit.ops import unary as _unary  # noqa: E402
-from tapejit.recording import as_tensor_operand, eager, float_input, on_tape, record, record_binary, record_unary  # noqa: E402,E501
+from tapejit.recording import eager, float_input, on_tape, record, record_binary, record_unary  # noqa: E402
 from tapejit.recording import narrowed, wide  # noqa: E402
 from tapejit.tape import current as _current, state as _state  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
@@ -852,44 +888,7 @@ def _in_place(name, fn, function=False):
     return method
 
 
-def _elementwise(op, name):
-    def front(input):
-        return record_unary(op, input)
-    front.__name__ = front.__qualname__ = name
-    front.__doc__ = f"Elementwise {name} (grad_fn {op.node}); integer tensors give floats, as torch."
-    return front
-
-
-# (public names, op, torch also has the function form of the in-place method)
-for _names, _op, _fn_inplace in [(("erfc",), ERFC, True), (("erfinv",), ERFINV, False),
-                                 (("asin", "arcsin"), ASIN, True), (("acos", "arccos"), ACOS, True),
-                                 (("atan", "arctan"), ATAN, True), (("asinh", "arcsinh"), ASINH, True),
-                                 (("acosh", "arccosh"), ACOSH, True), (("atanh", "arctanh"), ATANH, True),
-                                 (("sinh",), SINH, True), (("cosh",), COSH, True), (("log2",), LOG2, True),
-                                 (("log10",), LOG10, True), (("exp2",), EXP2, True), (("sinc",), SINC, True),
-                                 (("reciprocal",), RECIPROCAL, True),
-                                 (("deg2rad",), DEG2RAD, True), (("rad2deg",), RAD2DEG, True)]:
-    for _name in _names:
-        globals()[_name] = export(_elementwise(_op, _name), method=True)
-        _in_place(_name + "_", globals()[_name], _fn_inplace)
-
-
-def _rounding(op, name, numpy_fn):
-    def front(input):
-        if not input._dtype.is_floating_point:
-            return _concrete(np.array(input._value(), copy=True))   # integers round to themselves
-        return record_unary(op, input)
-    front.__name__ = front.__qualname__ = name
-    front.__doc__ = f"Elementwise {name}; zero gradient (grad_fn {op.node})."
-    return front
-
-
-floor = export(_rounding(FLOOR, "floor", np.floor), method=True)
-ceil = export(_rounding(CEIL, "ceil", np.ceil), method=True)
-trunc = export(_rounding(TRUNC, "trunc", np.trunc), method=True)
-fix = export(_rounding(TRUNC, "fix", np.trunc), method=True)
-for _name in ("floor", "ceil", "trunc", "fix"):
-    _in_place(_name + "_", globals()[_name], True)
+generate(globals())   # tj.asin, Tensor.asin, asin_, tj.atan2, ... from the names above
 
 
 @export(method=True)
@@ -1009,34 +1008,12 @@ def isneginf(input):
     return _concrete(np.isneginf(input._value()))
 
 
-def _two(op, name, numpy_fn, floats=False):
-    def front(input, other):
-        other = as_tensor_operand(other, input)
-        if floats:
-            input, other = float_input(input), float_input(other)
-        return record_binary(op, input, other, numpy_fn)
-    front.__name__ = front.__qualname__ = name
-    front.__doc__ = f"Elementwise {name} (grad_fn {op.node})."
-    return front
-
-
-atan2 = export(_two(ATAN2, "atan2", None, floats=True), method=True)
-arctan2 = export(_two(ATAN2, "arctan2", None, floats=True), method=True)
-hypot = export(_two(HYPOT, "hypot", None, floats=True), method=True)
-logaddexp = export(_two(LOGADDEXP, "logaddexp", None, floats=True), method=True)
-logaddexp2 = export(_two(LOGADDEXP2, "logaddexp2", None, floats=True), method=True)
-xlogy = export(_two(XLOGY, "xlogy", None, floats=True), method=True)
-xlog1py = _two(XLOG1PY, "xlog1py", None, floats=True)     # torch.special.xlog1py only
-fmax = export(_two(FMAX, "fmax", np.fmax), method=True)
-fmin = export(_two(FMIN, "fmin", np.fmin), method=True)
-for _name, _fn_inplace in (("atan2", False), ("arctan2", False), ("hypot", False), ("xlogy", True)):
-    _in_place(_name + "_", globals()[_name], _fn_inplace)
-
 # lerp is a composition recorded as torch's formula ``input + weight * (end - input)``; its
 # last record runs the add kernel under torch's node names for the two forms.
 LERP_SCALAR = same_kernels("lerp_scalar", "LerpBackward0", _binary.ADD,
                            samples=binary_samples("lerp_scalar", anywhere,
-                                                  fn=lambda tj, x, y: tj.lerp(x, y, 0.3)))
+                                                  fn=lambda tj, x, y: tj.lerp(x, y, 0.3)),
+                                                  names=names("lerp", in_place="method", written=True))
 LERP_TENSOR = same_kernels("lerp_tensor", "LerpBackward1", _binary.ADD,
                            samples=cases(("lerp_tensor", lambda tj, x, y, w: tj.lerp(x, y, w),
                                           [(3, 4), (3, 4), (3, 4)], anywhere),

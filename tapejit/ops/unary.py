@@ -14,7 +14,7 @@ import numpy as np
 
 from tapejit._jit import rule
 from tapejit.ops._kernel_helpers import tanh as fast_tanh
-from tapejit.registry import define_unary
+from tapejit.registry import define_unary, names
 
 
 def define_arith(name, node, *args, **kwargs):
@@ -42,7 +42,9 @@ def neg_grad(x, y, g, c0, c1):
 
 
 NEG = define_arith("neg", "NegBackward0", neg_value, neg_grad, saves=False, vectorized=True,
-                   samples=unary_samples("neg", anywhere))
+                   samples=unary_samples("neg", anywhere),
+                   names=names("neg", "negative", in_place="function", numpy=("negative",), dunders=("__neg__",),
+                               integer=np.negative))
 
 
 @rule
@@ -149,7 +151,9 @@ def square_grad(x, y, g, c0, c1):
 
 # ``x ** 2``, most of the powers people write, is an op of its own: x * x is exact and far
 # cheaper than pow, and a loop with no branch on the exponent vectorizes.
+# front end: binary.py's square (pow's scalar path)
 SQUARE = define_arith("square", "PowBackward0", square_value, square_grad, vectorized=True,
+                      names=names("square", written=True),
                       samples=lambda rng: (unary_samples("square", anywhere, lambda tj, x: x ** 2)(rng)
                                            + unary_samples("square_fn", anywhere, lambda tj, x: tj.square(x))(rng)))
 
@@ -210,7 +214,9 @@ def abs_grad(x, y, g, c0, c1):
 
 
 ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
-                   samples=unary_samples("abs", away_from_zero))
+                   samples=unary_samples("abs", away_from_zero),
+                   names=names("abs", in_place="function", numpy=("absolute",), dunders=("__abs__",),
+                               integer=np.abs))
 
 
 @rule
@@ -229,7 +235,8 @@ def sign_grad(x, y, g, c0, c1):
 
 
 SIGN = define_unary("sign", "SignBackward0", sign_value, sign_grad, saves=False,
-                    samples=unary_samples("sign", away_from_zero))
+                    samples=unary_samples("sign", away_from_zero),
+                    names=names("sign", in_place="method", numpy=("sign",), integer=np.sign))
 
 
 @rule
@@ -242,7 +249,8 @@ def exp_grad(x, y, g, c0, c1):
     return g * y
 
 
-EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, saved="o", samples=unary_samples("exp", bounded))
+EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, saved="o", samples=unary_samples("exp", bounded),
+                   names=names("exp", in_place="function", numpy=("exp",)))
 
 
 @rule
@@ -255,7 +263,8 @@ def log_grad(x, y, g, c0, c1):
     return g / x
 
 
-LOG = define_unary("log", "LogBackward0", log_value, log_grad, samples=unary_samples("log", positive))
+LOG = define_unary("log", "LogBackward0", log_value, log_grad, samples=unary_samples("log", positive),
+                   names=names("log", in_place="function", numpy=("log",)))
 
 
 @rule
@@ -269,7 +278,8 @@ def log1p_grad(x, y, g, c0, c1):
 
 
 LOG1P = define_unary("log1p", "Log1PBackward0", log1p_value, log1p_grad,
-                     samples=unary_samples("log1p", positive))
+                     samples=unary_samples("log1p", positive),
+                     names=names("log1p", in_place="function", special=("log1p",), numpy=("log1p",)))
 
 
 @rule
@@ -283,7 +293,8 @@ def expm1_grad(x, y, g, c0, c1):
 
 
 EXPM1 = define_unary("expm1", "Expm1Backward0", expm1_value, expm1_grad,
-                     saved="o", samples=unary_samples("expm1", bounded))
+                     saved="o", samples=unary_samples("expm1", bounded),
+                     names=names("expm1", in_place="function", special=("expm1",), numpy=("expm1",)))
 
 
 @rule
@@ -296,7 +307,8 @@ def sqrt_grad(x, y, g, c0, c1):
     return g / (2.0 * y)
 
 
-SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, saved="o", samples=unary_samples("sqrt", positive))
+SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, saved="o", samples=unary_samples("sqrt", positive),
+                    names=names("sqrt", in_place="function", numpy=("sqrt",)))
 
 
 @rule
@@ -310,7 +322,7 @@ def rsqrt_grad(x, y, g, c0, c1):
 
 
 RSQRT = define_unary("rsqrt", "RsqrtBackward0", rsqrt_value, rsqrt_grad,
-                     saved="o", samples=unary_samples("rsqrt", positive))
+                     saved="o", samples=unary_samples("rsqrt", positive), names=names("rsqrt", in_place="function"))
 
 
 @rule
@@ -323,7 +335,8 @@ def sin_grad(x, y, g, c0, c1):
     return g * np.cos(x)
 
 
-SIN = define_unary("sin", "SinBackward0", sin_value, sin_grad, samples=unary_samples("sin", anywhere))
+SIN = define_unary("sin", "SinBackward0", sin_value, sin_grad, samples=unary_samples("sin", anywhere),
+                   names=names("sin", in_place="function", numpy=("sin",)))
 
 
 @rule
@@ -336,7 +349,8 @@ def cos_grad(x, y, g, c0, c1):
     return -g * np.sin(x)
 
 
-COS = define_unary("cos", "CosBackward0", cos_value, cos_grad, samples=unary_samples("cos", anywhere))
+COS = define_unary("cos", "CosBackward0", cos_value, cos_grad, samples=unary_samples("cos", anywhere),
+                   names=names("cos", in_place="function", numpy=("cos",)))
 
 
 @rule
@@ -349,7 +363,8 @@ def tan_grad(x, y, g, c0, c1):
     return g * (1.0 + y * y)
 
 
-TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, saved="o", samples=unary_samples("tan", bounded))
+TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, saved="o", samples=unary_samples("tan", bounded),
+                   names=names("tan", in_place="function", numpy=("tan",)))
 
 
 @rule
@@ -362,7 +377,8 @@ def tanh_grad(x, y, g, c0, c1):
     return g * (1.0 - y * y)
 
 
-TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, saved="o", samples=unary_samples("tanh", anywhere))
+TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, saved="o", samples=unary_samples("tanh", anywhere),
+                         names=names("tanh", in_place="function", numpy=("tanh",)))
 
 
 @rule
@@ -380,7 +396,8 @@ def sigmoid_grad(x, y, g, c0, c1):
 
 
 SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
-                       saved="o", samples=unary_samples("sigmoid", anywhere))
+                            saved="o", samples=unary_samples("sigmoid", anywhere),
+                            names=names("sigmoid", in_place="function", special=("expit",)))
 
 
 @rule
@@ -397,7 +414,8 @@ def relu_grad(x, y, g, c0, c1):
     return c0 if y <= 0 else g
 
 
-RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero))
+RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero),
+                         names=names("relu", in_place="function", integer=lambda v: np.maximum(v, 0)))
 
 
 @rule
@@ -431,7 +449,8 @@ def erf_grad(x, y, g, c0, c1):
     return g * 1.1283791670955126 * np.exp(-x * x)
 
 
-ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_samples("erf", anywhere))
+ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_samples("erf", anywhere),
+                   names=names("erf", in_place="function", special=("erf",)))
 
 
 @rule
@@ -455,7 +474,9 @@ def clamp_grad(x, y, g, c0, c1):
     return 0.0
 
 
+# front ends written below: min and max are numbers or tensors
 CLAMP = define_activation("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
+                          names=names("clamp", "clip", in_place="function", written=True),
                      samples=unary_samples("clamp", away_from_zero, lambda tj, x: tj.clamp(x, -0.5, 0.7)))
 
 
@@ -514,37 +535,12 @@ LEAKY_RELU = define_activation("leaky_relu", "LeakyReluBackward0", leaky_relu_va
 import numpy as _np  # noqa: E402
 
 from tapejit.api import argument_error, export  # noqa: E402
-from tapejit.inplace import in_place  # noqa: E402
+from tapejit.ops._front_ends import generate  # noqa: E402
 from tapejit.recording import record_unary, name_composite  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
 
-def _unary_front(op, public, int_numpy=None):
-    def front(input):
-        if not input._dtype.is_floating_point and int_numpy is not None:
-            return _concrete(_np.asarray(int_numpy(input._value())))
-        return record_unary(op, input)
-    front.__name__ = front.__qualname__ = public
-    front.__doc__ = f"Elementwise {public} (grad_fn {op.node})."
-    return front
-
-
-for _op, _name, _int in [(NEG, "neg", _np.negative), (ABS, "abs", _np.abs), (SIGN, "sign", _np.sign),
-                         (EXP, "exp", None), (LOG, "log", None), (LOG1P, "log1p", None),
-                         (EXPM1, "expm1", None), (SQRT, "sqrt", None), (RSQRT, "rsqrt", None),
-                         (SIN, "sin", None), (COS, "cos", None), (TAN, "tan", None), (TANH, "tanh", None),
-                         (SIGMOID, "sigmoid", None), (RELU, "relu", lambda v: _np.maximum(v, 0)),
-                         (ERF, "erf", None)]:
-    globals()[_name] = export(_unary_front(_op, _name, _int), method=True)
-export(_unary_front(NEG, "negative", _np.negative), method=True)
-export(_unary_front(NEG, "neg", _np.negative), name="__neg__", method=False, function=False,
-       dunders=("__neg__",))
-export(_unary_front(ABS, "abs", _np.abs), function=False, dunders=("__abs__",))
-
-
-for _name in ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-              "tanh", "sigmoid", "relu", "erf"):
-    export(in_place(_name + "_", globals()[_name]), method=True, function=False)
+generate(globals())   # tj.exp, Tensor.exp, exp_, ... from the names above
 
 
 @export(method=True)
@@ -577,6 +573,9 @@ export(clamp, name="clip", method=True)
 def clamp_(input, min=None, max=None):
     from tapejit.inplace import apply_inplace
     return apply_inplace(input, lambda: clamp(input, min, max), "clamp_")
+
+
+export(clamp_, name="clip_", method=True)
 
 
 @export(method=True)
