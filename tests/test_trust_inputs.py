@@ -412,7 +412,7 @@ _SPECIAL = {   # front ends whose arguments need more than their names
     "inner": {"self": _V, "input": _V, "other": _V}, "outer": {"self": _V, "input": _V},
     "ger": {"self": _V, "input": _V}, "bmm": {"self": "L.ones(1, 2, 2)", "input": "L.ones(1, 2, 2)",
                                               "mat2": "L.ones(1, 2, 2)"},
-    "clamp": {"min": "0.0"}, "clip": {"min": "0.0"}, "clamp_": {"min": "0.0"}, "unflatten": {"dim": "1", "sizes": "(1, 2)"},
+    "clamp": {"min": "0.0"}, "clip": {"min": "0.0"}, "clamp_": {"min": "0.0"}, "clip_": {"min": "0.0"}, "unflatten": {"dim": "1", "sizes": "(1, 2)"},
     "reshape": {"*shape": "4"}, "view": {"*shape": "4"}, "permute": {"*dims": "1, 0"}, "expand": {"*sizes": "2, 2"},
     "repeat": {"*sizes": "1, 1"},
     "bitwise_and": {"self": _I, "input": _I, "other": _I}, "bitwise_or": {"self": _I, "input": _I, "other": _I},
