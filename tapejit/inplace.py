@@ -228,6 +228,8 @@ class _Member(weakref.ref):
 
 
 def _member_gone(member):
+    if _shared is None:   # interpreter shutdown: this module's globals are cleared already
+        return
     member.shared.leave(member.key)
 
 

@@ -1194,3 +1194,15 @@ def test_reductions_of_infinities_follow_ieee_as_torch():
     assert x.prod().item() == np.inf
     assert x.norm().item() == np.inf
     assert tj.tensor([np.inf, -np.inf]).sum().isnan().item()
+
+
+def test_an_alias_collected_at_interpreter_shutdown_is_silent(monkeypatch):
+    """At shutdown Python clears module globals (to None) before the last tensors go; the
+    weak-reference callback of a ``detach()`` alias then has nothing to update and must
+    not raise (it printed "Exception ignored in _member_gone ... 'NoneType'")."""
+    from tapejit import inplace
+    x = tj.randn(3, requires_grad=True)
+    alias = x.detach()
+    member = inplace._shared[id(alias)].members[id(alias)]
+    monkeypatch.setattr(inplace, "_shared", None)
+    inplace._member_gone(member)   # what the callback does then: nothing, no exception
