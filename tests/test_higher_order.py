@@ -230,6 +230,29 @@ def test_gradient_penalty_on_mlp_matches_torch():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
+def test_constant_incoming_gradients_of_sum_mean_and_log_softmax_match_torch():
+    """A constant gradient into sum/mean (expanded by NumPy) and into log_softmax (its sum
+    taken by NumPy, not by an eager record mid-walk), at float32, against torch's double
+    backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((3, 4)).astype(np.float32)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    r0 = rng.standard_normal(3).astype(np.float32)
+    found = []
+    for mod in (tj, torch):
+        x = mod.tensor(x0, requires_grad=True)
+        w, r = mod.tensor(w0), mod.tensor(r0)
+        firsts = [mod.autograd.grad((x * x).sum(1), x, r, create_graph=True)[0],
+                  mod.autograd.grad((x * x).mean(1), x, r, create_graph=True)[0],
+                  mod.autograd.grad((x * x).mean(), x, create_graph=True)[0],
+                  mod.autograd.grad(x.log_softmax(1), x, w, create_graph=True)[0]]
+        (second,) = mod.autograd.grad(sum((g * g).sum() for g in firsts), x)
+        found.append([g.detach().numpy() for g in firsts] + [second.numpy()])
+    for a, b in zip(*found):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_piecewise_linear_second_derivative_is_zeros_with_a_grad_fn():
     """torch's double backward of relu/leaky_relu/hardtanh is a node over the saved tensor:
     with a constant incoming gradient the first derivative still has a grad_fn, and its

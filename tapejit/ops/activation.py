@@ -174,6 +174,7 @@ def binary_cross_entropy_elementwise(input, target):
 from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
 from tapejit.ops import _formulas as _f  # noqa: E402
 from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
 
 
 @derivative(SOFTMAX, LOG_SOFTMAX)
@@ -183,7 +184,14 @@ def _d_softmax(c):
     g = _f.shaped(c.g, shape)
     y = c.out(shape)
     if c.q == 1:   # log_softmax: g - softmax * sum(g)
-        return (g - tj.exp(y) * g.sum(1, keepdim=True), None)
+        if g._tape is None:
+            # A constant g (cross-entropy's): its sum in NumPy, as an eager sum record
+            # would run the compiled forward mid-walk (~200 us, flushing the walk's records).
+            v = g._value()
+            total = _concrete(v.sum(1, keepdims=True, dtype=np.float64).astype(v.dtype))
+        else:
+            total = g.sum(1, keepdim=True)
+        return (g - tj.exp(y) * total, None)
     gy = g * y
     return (gy - y * gy.sum(1, keepdim=True), None)
 
