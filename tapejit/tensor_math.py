@@ -402,12 +402,7 @@ def _repeats_values(t):
 # ---- scatter and index_* -----------------------------------------------------------------------
 
 def _index_tensor(name, index, allowed="int64"):
-    if not isinstance(index, Tensor):
-        raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
-    idx = index._value()
-    if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
-        raise RuntimeError(f"{name}(): Expected dtype {allowed} for index but got: {index._dtype.name}")
-    return idx.astype(np.int64, copy=False)
+    return _index_values(name, index, allowed, but_got=True)
 
 
 def _check_range(idx, size, d, error=RuntimeError, prefix=""):
@@ -799,7 +794,7 @@ def addmv(input, mat, vec, *, beta=1, alpha=1):
 @export(method=True)
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     if len(batch1._shape) != 3 or len(batch2._shape) != 3:
-        raise RuntimeError(f"batch1 must be a 3D tensor" if len(batch1._shape) != 3 else "batch2 must be a 3D tensor")
+        raise RuntimeError("batch1 must be a 3D tensor" if len(batch1._shape) != 3 else "batch2 must be a 3D tensor")
     b, n, k = batch1._shape
     if batch2._shape[:2] != (b, k):
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "

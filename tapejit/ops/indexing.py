@@ -374,14 +374,16 @@ class IndexOutOfRange(IndexError, RuntimeError):
     ``RuntimeError`` for it depending on the dim and the kernel it picks, so this is both."""
 
 
-def _index_values(op, index, allowed):
+def _index_values(op, index, allowed, but_got=False):
     """The values of an index tensor, refusing float and bool indices as torch does (cast
-    to int they would silently pick other elements)."""
+    to int they would silently pick other elements).  ``but_got``: the message ends as
+    torch's scatter/index_* family's does ("... for index but got: float32")."""
     if not isinstance(index, Tensor):
         raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
     idx = index._value()
     if idx.dtype != np.int64 and (idx.dtype != np.int32 or "int32" not in allowed):
-        raise RuntimeError(f"{op}(): Expected dtype {allowed} for index (got {index._dtype.name} indices)")
+        got = f" but got: {index._dtype.name}" if but_got else f" (got {index._dtype.name} indices)"
+        raise RuntimeError(f"{op}(): Expected dtype {allowed} for index{got}")
     return idx.astype(np.int64, copy=False)
 
 
