@@ -33,6 +33,7 @@ _PREIMPORTED = sorted(m for m in ("numpy", "scipy", "numba", "torch", "jax") if 
 
 import numba as _numba
 import pytest
+import peers_functional  # noqa: F401  (adds the functional peers' workloads to workloads.py)
 import targets
 import workloads
 

@@ -72,6 +72,7 @@ def current_rss_mb():
 def main(name, workload):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import workloads as W
+    import peers_functional  # noqa: F401  (adds the functional peers' workloads to W)
     lib = W.library(name)
     if name == "torch":
         lib.tl.set_num_threads(1)

@@ -212,3 +212,6 @@ def mlp_trainer(name, spec, params, x, y):
     if name == "autograd":
         return AutogradMLP(spec, params, x, y)
     raise ValueError(name)
+
+
+W.FUNCTIONAL.update(scalar_graph_timed=scalar_graph_timed, mlp_trainer=mlp_trainer, rosen_grad_fn=rosen_grad_fn)

@@ -35,6 +35,12 @@ GROUP_B_TINY_REPLAY = "B tiny MLP step 2-16-16-1 replayed (tj.compile)"
 GROUP_B_MNIST_REPLAY = "B MLP step 784-128-10 replayed (tj.compile)"
 GROUP_C_REPLAY = "C Rosenbrock value and gradient replayed n={n:,}"
 GROUP_C_BATCH = "C batched replay n=10, 10,000 inputs (Numba threads)"
+GROUP_CNN = "CNN LeNet-5 step 28x28 (conv-relu-maxpool x2, 256-120-84-10, cross-entropy, SGD, batch 64, float32)"
+GROUP_CNN_REPLAY = "CNN LeNet-5 step replayed (tj.compile)"
+GROUP_LSTM = "LSTM step 32-64, sequence 35, batch 20 (MSE, SGD, float32)"
+GROUP_LSTM_REPLAY = "LSTM step 32-64, sequence 35, batch 20, replayed (tj.compile)"
+GROUP_HVP = "C Rosenbrock Hessian-vector product n=1,000 (hvp vs gradient)"
+GROUP_GRADIENT_PENALTY = "gradient penalty double backward, MLP 784-128-10 (ReLU, cross-entropy, batch 64, float32)"
 
 #: groups whose figure of merit is ``extra_info["delta_mb"]`` (megabytes), not time
 MEMORY_GROUPS = (GROUP_MEMORY_A, GROUP_MEMORY_B)
@@ -91,6 +97,11 @@ TARGETS = (
     Target(GROUP_C_REPLAY.format(n=10), "seconds", "tapejit", 6e-6, "replayed value_and_grad <= 6 us"),
     Target(GROUP_C_BATCH, "speedup", "tapejit threads=1", 1.7, "2 threads >= 1.7x faster than 1",
            row="tapejit threads=2"),
+    Target(GROUP_CNN, "slowdown", "torch", 1.0, "eager LeNet-5 step no slower than torch eager"),
+    Target(GROUP_LSTM, "slowdown", "torch", 1.0, "no slower than torch eager"),
+    Target(GROUP_LSTM_REPLAY, "slowdown", "torch", 1.0, "replayed step no slower than torch eager"),
+    Target(GROUP_HVP, "slowdown", "tapejit_gradient", 3.0, "replayed hvp <= 3x a replayed gradient"),
+    Target(GROUP_GRADIENT_PENALTY, "slowdown", "torch", 1.0, "eager double backward no slower than torch"),
 )
 
 

@@ -4,7 +4,8 @@ SPEC.md section 5: ``import tapejit`` plus the first gradient in under 1 s with 
 cache, under 20 s with a cold one.  tapejit has two caches, and "cold" empties both:
 
 * the generated sweep modules (``tapejit/codegen.py`` writes ``sweep_<groups>.py`` into
-  ``tapejit/_sweeps/``, or into ``$TAPEJIT_CACHE_DIR`` when that is set), and
+  ``$TAPEJIT_CACHE_DIR`` when that is set, else this installation's folder in the user's
+  cache directory, never the installed package), and
 * Numba's compiled code for them (``__pycache__`` beside each module, or
   ``$NUMBA_CACHE_DIR`` when that is set).
 

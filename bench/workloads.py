@@ -51,6 +51,10 @@ PEERS = {
 AUTOGRAD_PEERS = ("tapejit", "torch")
 #: peers that differentiate a pure function of arrays (see ``peers_functional.py``)
 FUNCTIONAL_PEERS = ("jax", "autograd")
+#: the functional peers' workloads by name (scalar_graph_timed, mlp_trainer, rosen_grad_fn):
+#: peers_functional.py adds them at its import (conftest.py and memory_probe.py import it), so
+#: that this module, which it builds on, does not import it back
+FUNCTIONAL = {}
 
 
 class Lib(NamedTuple):
@@ -179,8 +183,7 @@ def scalar_graph_timed(lib, n_ops):
         return (lambda: scalar_graph_step(lib, n_ops)), input_grads
     if lib.name == "python":
         return (lambda: scalar_graph_reference(n_ops)), np.asarray
-    import peers_functional
-    return peers_functional.scalar_graph_timed(lib.name, n_ops)
+    return FUNCTIONAL["scalar_graph_timed"](lib.name, n_ops)
 
 
 def scalar_graph_fn(tl, F, n_ops):
@@ -434,8 +437,7 @@ def mlp_trainer(lib, spec, params=None, batch=None):
         return ModuleMLP(lib, spec, params, x, y)
     if lib.name == "numpy":
         return NumpyMLP(spec, params, x, y)
-    import peers_functional
-    return peers_functional.mlp_trainer(lib.name, spec, params, x, y)
+    return FUNCTIONAL["mlp_trainer"](lib.name, spec, params, x, y)
 
 
 def assert_mlp_step_ok(trainer, spec, what):
@@ -537,8 +539,7 @@ def rosen_grad_fn(lib, x):
         return rosen_grad_numpy, x
     if lib.name == "scipy":
         return lib.tl.rosen_der, x
-    import peers_functional
-    return peers_functional.rosen_grad_fn(lib.name, x)
+    return FUNCTIONAL["rosen_grad_fn"](lib.name, x)
 
 
 def rosen_forward_fn(lib):

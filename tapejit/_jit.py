@@ -8,7 +8,7 @@ to catch slot-index bugs that would otherwise corrupt memory).
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils, errors
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np import numpy_support
 
 from tapejit._numba_load import disk_cached
@@ -53,6 +53,17 @@ def small_kernel(fn):
     Every kernel is inlined into its op's sweep, so this is ``kernel`` (the op modules name
     both, for the reader)."""
     return kernel(fn)
+
+
+def overloaded(stub):
+    """Compile calls to the plain-Python ``stub`` inside kernels as the implementation the
+    decorated function returns for the argument types (Numba's ``overload``).  The stub keeps
+    it as ``overload_impl``, so the registry hash sees an edit to it."""
+    def register(implementation):
+        overload(stub)(implementation)
+        stub.overload_impl = implementation
+        return implementation
+    return register
 
 
 def sweep(fn):

@@ -45,20 +45,37 @@ runs that check before tapejit first loads the sweeps of its ``linalg`` group
 """
 import hashlib
 import io
+import logging
 import os
 import pickle
 import stat
 import sys
+import time
 import uuid
 import warnings
 
+import numba
 from numba.core import config
-from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
-                                _CacheLocator, _SourceFileBackedLocatorMixin)
-from numba.core.runtime import rtsys
 
+try:    # Numba's internals (pyproject.toml's Numba range is the one tested with them)
+    from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
+                                    _CacheLocator, _SourceFileBackedLocatorMixin)
+    from numba.core.runtime import rtsys
+    _MISSING_INTERNALS = None
+except ImportError as e:    # another Numba's layout: nothing is cached (disk_cached warns)
+    _MISSING_INTERNALS = e
+    CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, _CacheLocator, _SourceFileBackedLocatorMixin = (
+        type(name, (), {}) for name in ("CompileResultCacheImpl", "FunctionCache", "IndexDataCacheFile",
+                                        "_CacheLocator", "_SourceFileBackedLocatorMixin"))
+
+from tapejit import threads
+
+# The Numba versions tapejit is tested with (pyproject.toml's dependency), for warnings.
+TESTED_NUMBA = "numba>=0.68,<0.69"
 # The package name tapejit/codegen.py gives the generated sweep modules.
 GENERATED_PACKAGE = "tapejit._sweeps"
+# INFO when a first use compiles (what, why, then how long it took): see SweepCache
+log = logging.getLogger("tapejit")
 _blas_checked = [False]
 _default_dir = []
 _warned = set()
@@ -292,19 +309,30 @@ class SweepCache(FunctionCache):
     def load_overload(self, sig, target_context):
         rtsys.initialize(target_context)
         try:
-            return self._load_overload(sig, target_context)
-        except Exception:
-            pass    # not expected; the usual load refreshes the target first, never wrong
+            cres = self._load_overload(sig, target_context)
+        except Exception:   # not expected (another Numba's internals?): Numba's own load
+            cres = self._usual_load(sig, target_context)
+        if cres is None:        # Numba compiles it now, then calls save_overload
+            self._compiling = (_compile_label(self._py_func, sig), time.perf_counter())
+            log.info("compiling %s %s: not in the compiled-code cache yet (first use on this install, "
+                     "or tapejit changed); cached afterwards", self._compiling[0], _dtype_of(sig))
+        return cres
+
+    def _usual_load(self, sig, target_context):
+        """Numba's own load, which refreshes the target first; an entry it cannot load
+        either (it passed its checksum) is deleted, so no later process fails on it."""
         try:
             return super().load_overload(sig, target_context)
         except Exception as e:
-            # It passed its checksum and still does not load: never again.
             self._discard()
             _damaged(os.path.join(self._cache_path, self._impl.filename_base + ".nbi"),
                      f"{type(e).__name__}: {e}")
             return None
 
     def save_overload(self, sig, data):
+        compiling = self.__dict__.pop("_compiling", None)
+        if compiling is not None:
+            log.info("compiled %s %s in %.1f s", compiling[0], _dtype_of(sig), time.perf_counter() - compiling[1])
         try:
             self._save_overload(sig, data)
         except Exception as e:
@@ -326,6 +354,30 @@ class SweepCache(FunctionCache):
                     pass
 
 
+def _compile_label(py_func, sig):
+    """What is compiling, for the log: an op's sweep (``forward_add``: the forward sweep of
+    op add and the ops sharing its kernel) by its op and group, an entry point by its name."""
+    module = py_func.__module__
+    if module.startswith(GENERATED_PACKAGE + ".sweep_"):
+        group = module[len(GENERATED_PACKAGE + ".sweep_"):]
+        for kind in ("backward_elementwise", "backward", "forward"):
+            if py_func.__name__.startswith(kind + "_"):
+                return f"the {kind} sweep of op {py_func.__name__[len(kind) + 1:]} (op group {group})"
+    if module == GENERATED_PACKAGE + ".sweeps":
+        return f"the sweeps' entry point {py_func.__name__}"
+    return f"{module}.{py_func.__name__}"
+
+
+def _dtype_of(sig):
+    """``(float32)``: the float dtypes among a signature's arrays (the arena's), or ''."""
+    names = []
+    for ty in getattr(sig, "args", sig):
+        dtype = getattr(ty, "dtype", ty)        # an array's, or a number type's own
+        if dtype is not None and str(dtype).startswith("float") and str(dtype) not in names:
+            names.append(str(dtype))
+    return f"({', '.join(names)})" if names else ""
+
+
 def disk_cached(dispatcher):
     """``dispatcher`` with its compiled code cached by ``SweepCache``.  Left uncached if its
     function has no source file (a generated module compiled in memory: tapejit/codegen.py
@@ -335,9 +387,16 @@ def disk_cached(dispatcher):
         return dispatcher       # NUMBA_DISABLE_JIT: a plain function
     if not os.path.isfile(py_func.__code__.co_filename):
         return dispatcher
+    if _MISSING_INTERNALS is not None:
+        not_cached(f"Numba {numba.__version__} lacks the internals of its cache that tapejit's loader "
+                   f"uses, {_MISSING_INTERNALS}; tapejit is tested with {TESTED_NUMBA}")
+        return dispatcher
     try:
         dispatcher._cache = SweepCache(py_func)
-    except Exception as e:      # an unsafe or unwritable folder; or another Numba's cache layout
+    except (AttributeError, TypeError) as e:    # another Numba's cache layout
+        not_cached(f"{type(e).__name__}: {e}; Numba {numba.__version__}'s cache differs from the one "
+                   f"tapejit's loader knows, tested with {TESTED_NUMBA}")
+    except Exception as e:      # an unsafe or unwritable folder
         not_cached(f"{type(e).__name__}: {e}")
     return dispatcher
 
@@ -348,3 +407,4 @@ def ensure_blas():
         from numba.np.linalg import ensure_blas
         ensure_blas()
         _blas_checked[0] = True
+        threads.blas_loaded()   # a thread count set before SciPy's BLAS was loaded

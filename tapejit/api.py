@@ -18,7 +18,20 @@ import inspect
 import numbers
 import os
 
+import numpy as np
+
+from tapejit.dtypes import type_name
+from tapejit.tensor import Tensor
+
 EXPORTS = []   # (name, fn, method_name_or_None, dunders)
+
+
+class FrontEnds:
+    """``tj.<name>`` for the modules below the facade (tensor_math, numpy_interop), which do
+    not import it: the same objects, filled in by ``install``."""
+
+
+front_ends = FrontEnds()
 
 
 def export(fn=None, *, name=None, method=False, dunders=(), function=True):
@@ -34,6 +47,7 @@ def install(namespace, tensor_cls):
     for public, fn, meth, dunders in EXPORTS:
         if public is not None:
             namespace.setdefault(public, front_end(fn, public))
+            setattr(front_ends, public, namespace[public])
         if meth is not None:
             setattr(tensor_cls, meth, front_end(fn, meth, method=True))
         for d in dunders:
@@ -54,6 +68,10 @@ _KIND_OF = {"input": TENSOR, "tensor": TENSOR, "mat2": TENSOR, "vec": TENSOR, "v
 # Front ends whose parameter takes more or less than its name says.
 _KIND_EXCEPTIONS = {
     ("pow", "input"): OPERAND,        # tj.pow(2, x)
+    ("add", "input"): OPERAND, ("sub", "input"): OPERAND, ("subtract", "input"): OPERAND,
+    ("mul", "input"): OPERAND, ("multiply", "input"): OPERAND, ("div", "input"): OPERAND,
+    ("divide", "input"): OPERAND, ("true_divide", "input"): OPERAND,
+    ("remainder", "input"): OPERAND, ("floor_divide", "input"): OPERAND,   # tj.div(2, x), as torch
     ("where", "input"): OPERAND,      # tj.where(c, 1.0, x)
     ("view_as", "other"): TENSOR, ("reshape_as", "other"): TENSOR,
     ("expand_as", "other"): TENSOR, ("equal", "other"): TENSOR,
@@ -75,8 +93,6 @@ _operand_types = ()   # filled by _types() once Tensor exists
 def _types():
     global _operand_types
     if not _operand_types:
-        import numpy as np
-        from tapejit.tensor import Tensor
         _operand_types = (Tensor, float, int, np.ndarray, np.generic, list, tuple, numbers.Real)
     return _operand_types
 
@@ -85,16 +101,6 @@ def is_operand(x):
     """Whether ``x`` can stand for a tensor operand: a Tensor, a real number, a NumPy
     array or scalar, or a (nested) sequence of them."""
     return isinstance(x, _types()) and not isinstance(x, complex)
-
-
-def type_name(x):
-    """The name torch's errors give the type of ``x``: ``str``, ``NoneType``, ``Tensor``,
-    ``numpy.ndarray``."""
-    from tapejit.tensor import Tensor
-    if isinstance(x, Tensor):
-        return "Tensor"
-    t = type(x)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def argument_error(fn, name, position, value, kind):
@@ -109,7 +115,6 @@ def _reject(value, fn, name, position, kind):
 
 
 def _reject_tensors(value, fn, name, position):
-    from tapejit.tensor import Tensor
     if not isinstance(value, (list, tuple)):
         raise argument_error(fn, name, position, value, TENSORS)
     for i, x in enumerate(value):
@@ -221,5 +226,27 @@ def front_end(fn, public=None, method=False):
 
 
 def _tensor_cls():
-    from tapejit.tensor import Tensor
     return Tensor
+
+
+class Names:
+    """``tj.<name>`` for user-level code below the facade, which does not import it: each
+    use looks ``name`` up in ``sources`` in turn (``front_ends`` and the modules the facade
+    takes its names from), so a profile's timing wrappers, put in those, are seen;
+    ``fixed`` names sub-namespaces (``linalg=...``)."""
+    __slots__ = ("_sources", "_fixed")
+
+    def __init__(self, *sources, **fixed):
+        self._sources = sources
+        self._fixed = fixed
+
+    def __getattr__(self, name):
+        value = self._fixed.get(name, self)
+        if value is not self:
+            return value
+        for source in self._sources:
+            value = getattr(source, name, self)
+            if value is not self:
+                return value
+        raise AttributeError(f"module 'tapejit' has no attribute {name!r}")
+

@@ -51,6 +51,7 @@ else uses: they are set from ``flags[slot]`` before the run and cleared after it
 every chunk sees the flags chunk 0 sees.
 """
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,6 +59,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit._inline import reads
+from tapejit import threads as _threads
 from tapejit.threads import default_threads
 
 #: records shorter than this run whole: below it a parallel launch costs more than it saves
@@ -76,6 +78,7 @@ _SUM_BLOCK = None
 _lists = None
 #: threads working on a run, the caller's included (``tj.set_num_threads``)
 THREADS = default_threads()
+_threads.use_executor(sys.modules[__name__])   # set_num_threads sets THREADS here
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
 _plans = {}         # see _planned
 _PLANS_KEPT = 16
@@ -89,9 +92,8 @@ def _kind_table():
     """Opcode -> what the chunked sweeps may do with it (built once all ops are registered)."""
     global _kinds, _saved, _lists, _sums, _SUM_BLOCK
     if _kinds is None or len(_kinds) != len(registry.OPS):
-        from tapejit.ops.reduce import SUM_BLOCK, sum_forward
-        _SUM_BLOCK = SUM_BLOCK
-        _sums = np.array([op.forward is sum_forward for op in registry.OPS])
+        _sums = np.array([op.runs == "sum" for op in registry.OPS])
+        _SUM_BLOCK = max((op.block for op in registry.OPS if op.runs == "sum"), default=None)
         _lists = np.array([op.listed is not None for op in registry.OPS])
         code = {"unary": _UNARY, "binary": _BINARY, "copy": _COPY, None: _NONE}
         kinds = np.zeros(len(registry.OPS), np.int8)
@@ -569,8 +571,25 @@ def _listed(rows, ints):
     """The operands of ``rows`` listed in ``ints`` (cat, stack, linear's bias)."""
     if not _lists[rows[:, 0] >> 1].any():
         return []
-    from tapejit.replay._graph import listed_operands
     return listed_operands(rows, ints)[1].tolist()
+
+
+def listed_operands(rec, ints):
+    """``(listed_at, listed)``: the extra operands of each record (``Op.listed``: cat, stack,
+    linear's bias) in CSR form, ``listed[listed_at[r]:listed_at[r + 1]]`` for record ``r``."""
+    n = len(rec)
+    ops = rec[:, 0] >> 1
+    _kind_table()   # the per-opcode table, not a list of opcodes and np.isin (~100 us) per call
+    rows = np.flatnonzero(_lists[ops]) if n else np.zeros(0, np.int64)
+    counts = np.zeros(n, np.int64)
+    listed = []
+    for r in rows.tolist():
+        fields = registry.OPS[int(ops[r])].listed(ints, int(rec[r, 4]))
+        counts[r] = len(fields)
+        listed.extend(fields)
+    listed_at = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=listed_at[1:])
+    return listed_at, np.array(listed, np.int64)
 
 
 def _to_scratch(chunks, rows, cached):

@@ -310,15 +310,28 @@ def _backward_case(op, ind):
                 f"{ind}if sb == 0 and mb == 1:",
                 f"{ind}    g[b] = 0.0",
                 f"{ind}    mb = 2",
+                # ... in float64 (a float32 running sum over 10^5 terms drifts by 1e-5 relative)
+                f"{ind}sum_a = 0.0",
+                f"{ind}sum_b = 0.0",
                 f"{ind}for i in range(p):",
                 f"{ind}    x = v[at(a + i * sa)]",
                 f"{ind}    y = v[at(b + i * sb)]",
                 f"{ind}    z = v[at(out + i)]",
                 f"{ind}    gz = g[at(out + i)]",
                 f"{ind}    if ma != 0:"] + _body(rx, ind + "        ") + [
-                f"{ind}        acc_strided(g, a + i * sa, da, ma)",
+                f"{ind}        if sa == 0:",
+                f"{ind}            sum_a += da",
+                f"{ind}        else:",
+                f"{ind}            acc_strided(g, a + i * sa, da, ma)",
                 f"{ind}    if mb != 0:"] + _body(ry, ind + "        ") + [
-                f"{ind}        acc_strided(g, b + i * sb, db, mb)"]
+                f"{ind}        if sb == 0:",
+                f"{ind}            sum_b += db",
+                f"{ind}        else:",
+                f"{ind}            acc_strided(g, b + i * sb, db, mb)",
+                f"{ind}if sa == 0 and ma != 0:",
+                f"{ind}    g[a] += sum_a",
+                f"{ind}if sb == 0 and mb != 0:",
+                f"{ind}    g[b] += sum_b"]
     if op.kind == "kernel":
         return [f"{ind}{op.backward.py_func.__name__}(v, g, flags, out, a, b, ma, mb, p, q, ints, floats)"]
     return [f"{ind}pass"]
@@ -580,7 +593,6 @@ def load_module(group=None):
     module = _modules.get(name)
     if module is not None:
         return module
-    import tapejit.ops  # noqa: F401  (fills the registry)
     with _lock:
         module = _modules.get(name)
         if module is not None:
@@ -604,7 +616,9 @@ def load_module(group=None):
 def _uses_blas(ops):
     """Whether a kernel of ``ops`` may call SciPy's BLAS (tapejit/ops/_blas.py): its module
     uses it."""
-    from tapejit.ops import _blas
+    _blas = sys.modules.get("tapejit.ops._blas")     # not imported: no kernel calls it
+    if _blas is None:
+        return False
     for op in ops:
         for fn in (op.forward, op.backward):
             if fn is not None and any(value is _blas or getattr(value, "__module__", None) == _blas.__name__
@@ -651,7 +665,6 @@ class Sweeps:
     time they meet it."""
 
     def __init__(self, dtypes):
-        import tapejit.ops  # noqa: F401  (fills the registry)
         entry = load_module()
         with _lock:
             if not _tables:
@@ -673,43 +686,10 @@ class Sweeps:
         return _tables[d]
 
 
-def warm(groups=None, dtypes=(np.float64, np.float32)):
-    """Load or compile, ahead of use, every sweep of the ops of ``groups`` (names; all groups
-    by default) for arena dtypes ``dtypes``, and the entry points a gradient uses."""
-    import tapejit.ops  # noqa: F401
-    from tapejit.tape import _ARENA_DTYPES, sweeps
-    sw = sweeps()
-    wanted = set(registry.GROUPS if groups is None else groups)
-    for dtype in dtypes:
-        d = [np.dtype(t) for t in _ARENA_DTYPES].index(np.dtype(dtype))
+def load_units(d, groups=None):
+    """Load or compile, ahead of use, every op sweep of the ops of ``groups`` (names; all
+    groups by default) for arena ``d``."""
+    for group in registry.GROUPS if groups is None else groups:
         for kind in range(len(KINDS)):
-            for group in wanted:
-                for _, ops in units(group, kind):
-                    load_unit(kind, ops[0].opcode, d)
-        for name, args in _entry_signatures(dtype).items():
-            getattr(sw, name).compile(args)
-    return sw
-
-
-def _entry_signatures(dtype):
-    from numba import types
-    from numba.np import numpy_support
-    f = numpy_support.from_dtype(np.dtype(dtype))
-    i64, u8, b = types.int64, types.uint8, types.boolean
-    vec, ints, flags = types.Array(f, 1, "C"), types.Array(i64, 1, "C"), types.Array(u8, 1, "C")
-    rec, table = types.Array(i64, 2, "C"), types.Array(i64, 2, "C")
-    chunks, freeds, seeds = types.Array(i64, 3, "C"), types.Array(u8, 2, "C"), types.Array(i64, 2, "C")
-    return {
-        "forward": (rec, i64, i64, vec, ints, vec, table),
-        "backward": (rec, i64, i64, vec, vec, flags, flags, ints, vec, b, table),
-        "backward_elementwise": (rec, i64, i64, vec, vec, flags, flags, ints, vec, b, table),
-        "forward_chunks": (chunks, i64, i64, vec, ints, vec, table),
-        "backward_chunks": (chunks, i64, i64, vec, vec, flags, freeds, ints, vec, b, ints, table),
-        "replay": (rec, i64, vec, vec, flags, flags, ints, vec, seeds, vec, ints, table),
-    }
-
-
-if __name__ == "__main__":
-    import tapejit.ops  # noqa: F401
-    print(f"compiling every op's sweeps ({registry.registry_hash()})")
-    warm()
+            for _, ops in units(group, kind):
+                load_unit(kind, ops[0].opcode, d)

@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.api import export
+from tapejit.api import export, type_name
 from tapejit.device import check as _check_device
 from tapejit.tape import state as _state
-from tapejit.tensor import Size, Tensor, _concrete
+from tapejit.tensor import Size, Tensor, _concrete, narrow_grad_error, provide as _provide_to_tensor
 
 _rng = [np.random.default_rng()]
 
@@ -27,15 +27,27 @@ class _Scan:
     inference: Python float -> default float dtype, int -> int64, bool -> bool, a tensor
     or NumPy scalar -> its own), and whether it holds tensors (read as their one value)
     or Python ints outside int64."""
-    __slots__ = ("dt", "tensors", "big_int")
+    __slots__ = ("dt", "tensors", "big_int", "other_sequences")
 
     def __init__(self):
         self.dt = None
         self.tensors = False
         self.big_int = False
+        self.other_sequences = False   # a deque, array.array, ...: read as a list
 
     def add(self, dt):
         self.dt = dt if self.dt is None else dtypes.promote(self.dt, dt)
+
+
+def _other_sequence(x):
+    """Whether torch reads ``x`` as a sequence, ``x`` being no list, tuple or range: what
+    can be indexed and has a length and is no dict (``collections.deque``, ``array.array``,
+    ``bytearray``, ``memoryview``, a class with ``__len__`` and ``__getitem__``), as
+    CPython's sequence check.  Iterators, sets and dicts are not (torch: "Could not infer
+    dtype of generator")."""
+    cls = type(x)
+    return (hasattr(cls, "__getitem__") and hasattr(cls, "__len__")
+            and not isinstance(x, (str, bytes, dict, Tensor, np.ndarray, np.generic)))
 
 
 def _nested_shape(data):
@@ -52,6 +64,8 @@ def _nested_shape(data):
         elif isinstance(x, np.ndarray):
             shape.extend(x.shape)
             return shape
+        elif _other_sequence(x):
+            x = list(x)
         else:
             return shape
 
@@ -69,6 +83,9 @@ def _scan(x, d, shape, scan):
             scan.add(x._dtype)
             scan.tensors = True
             return
+        if not isinstance(x, _SEQUENCES) and _other_sequence(x):
+            x = list(x)
+            scan.other_sequences = True
         if not isinstance(x, _SEQUENCES):
             if isinstance(x, str):
                 raise ValueError("too many dimensions 'str'")
@@ -125,7 +142,7 @@ def _scan_scalar(x, d, scan):
             scan.big_int = True
     elif isinstance(x, numbers.Real):
         scan.add(dtypes.get_default_dtype())
-    elif isinstance(x, _SEQUENCES):
+    elif isinstance(x, _SEQUENCES) or _other_sequence(x):
         raise TypeError(f"expected a number at dim {d}, got {_type_name(x)} (the sequences of one dim "
                         "must all be as deep)")
     elif isinstance(x, str):
@@ -137,7 +154,6 @@ def _scan_scalar(x, d, scan):
 
 
 def _type_name(x):
-    from tapejit.api import type_name
     return type_name(x)
 
 
@@ -152,14 +168,26 @@ def _nested_array(data, dt):
         dt = scan.dt or dtypes.get_default_dtype()
     if scan.big_int and dt is dtypes.int64:
         raise ValueError(_OVERFLOW)
-    if scan.tensors:
+    if scan.tensors or scan.other_sequences:
         data = _unwrap(data, len(shape))
+    if dt in dtypes.INTEGER_DTYPES and dt is not dtypes.int64:
+        # Read wide, then checked: torch refuses a value the narrower type cannot hold
+        with np.errstate(invalid="ignore"):
+            wide = np.array(data, dtype=np.float64 if scan.dt is not None and scan.dt.is_floating_point
+                            else np.int64)
+        info = np.iinfo(dt.np)
+        if wide.size and not (info.min <= np.trunc(wide.min()) and np.trunc(wide.max()) <= info.max):
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+        return wide.astype(dt.np)
     if dt is dtypes.int64 and scan.dt is not None and scan.dt.is_floating_point:
         # NumPy converts each float itself, refusing NaN, inf and values past int64
         try:
             return np.array(data, dtype=np.int64)
         except (OverflowError, ValueError):
             raise RuntimeError("value cannot be converted to type int64 without overflow") from None
+    if dt.narrow:
+        with np.errstate(over="ignore"):   # past float16's range is inf, silently as torch
+            return np.array(data, dtype=dt.np)
     return np.array(data, dtype=dt.np)
 
 
@@ -182,7 +210,7 @@ def _to_array(data, dtype, fn="tensor"):
             return np.array(data._value(), dtype=(dt or data._dtype).np, copy=True, order="C")
     if isinstance(data, np.ndarray):
         return _array_as(data, dt, fn)
-    if not isinstance(data, (numbers.Number, np.generic) + _SEQUENCES):
+    if not isinstance(data, (numbers.Number, np.generic) + _SEQUENCES) and not _other_sequence(data):
         raise TypeError(f"expected a Tensor, a number or a sequence of numbers, not {_type_name(data)}")
     return _nested_array(data, dt)
 
@@ -220,14 +248,20 @@ FloatTensor = _TypedTensor("FloatTensor", (), {"dtype": dtypes.float32})
 DoubleTensor = _TypedTensor("DoubleTensor", (), {"dtype": dtypes.float64})
 LongTensor = _TypedTensor("LongTensor", (), {"dtype": dtypes.int64})
 BoolTensor = _TypedTensor("BoolTensor", (), {"dtype": dtypes.bool_})
+IntTensor = _TypedTensor("IntTensor", (), {"dtype": dtypes.int32})
+ShortTensor = _TypedTensor("ShortTensor", (), {"dtype": dtypes.int16})
+CharTensor = _TypedTensor("CharTensor", (), {"dtype": dtypes.int8})
+ByteTensor = _TypedTensor("ByteTensor", (), {"dtype": dtypes.uint8})
+HalfTensor = _TypedTensor("HalfTensor", (), {"dtype": dtypes.float16})
+BFloat16Tensor = _TypedTensor("BFloat16Tensor", (), {"dtype": dtypes.bfloat16})
 
 
 def _unwrap(seq, ndim):
-    """Nested sequences of ``ndim`` dims with each tensor replaced by its value: its one
-    element at the innermost dim, its rows (an array) above it."""
+    """Nested lists of ``ndim`` dims with each tensor replaced by its value (its one element
+    at the innermost dim, its rows, an array, above it) and each sequence by a list."""
     if isinstance(seq, Tensor):
         return seq._value() if ndim else seq._value().reshape(-1)[0]
-    if not isinstance(seq, _SEQUENCES):
+    if not isinstance(seq, _SEQUENCES) and not (ndim and _other_sequence(seq)):
         return seq
     return [_unwrap(e, ndim - 1) for e in seq]
 
@@ -237,6 +271,8 @@ def _leaf(arr, requires_grad):
     if requires_grad:
         if not t._dtype.is_floating_point:
             raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+        if t._dtype.narrow:
+            raise RuntimeError(narrow_grad_error(t._dtype))
         t._rg = True
     if _state.trace is not None:   # made inside a compiled function: free to change in place
         _state.trace.note_created(t)
@@ -247,7 +283,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     _check_device(device)
     if isinstance(data, (str, bytes)):
         raise TypeError(f"tensor(): invalid data type '{type(data).__name__}'")
-    if not isinstance(data, (Tensor, np.ndarray, numbers.Number, np.generic) + _SEQUENCES):
+    if not isinstance(data, (Tensor, np.ndarray, numbers.Number, np.generic) + _SEQUENCES) \
+            and not _other_sequence(data):
         raise RuntimeError(f"Could not infer dtype of {_type_name(data)}")
     return _leaf(_to_array(data, dtype), requires_grad)
 
@@ -256,7 +293,7 @@ def as_tensor(data, dtype=None, device=None):
     _check_device(device)
     if isinstance(data, Tensor) and (dtype is None or dtypes.as_dtype(dtype) is data._dtype):
         return data
-    if isinstance(data, np.ndarray) and data.dtype in (np.float64, np.float32, np.int64, np.bool_) \
+    if isinstance(data, np.ndarray) and data.dtype in _SHAREABLE \
             and (dtype is None or dtypes.as_dtype(dtype).np == data.dtype) and data.flags.c_contiguous:
         return _shared(data)
     return tensor(data, dtype=dtype)
@@ -271,14 +308,19 @@ def _shared(array):
     return t
 
 
+# NumPy dtypes whose arrays a tensor can share (bfloat16 has none in NumPy).
+_SHAREABLE = tuple(np.dtype(d) for d in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16,
+                                         np.int8, np.uint8, np.bool_))
+
+
 def from_numpy(array):
-    """Shares memory with ``array`` (which must be float32/64, int64 or bool)."""
+    """Shares memory with ``array`` (which must be of a dtype tapejit has, bfloat16 aside)."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
-    if array.dtype not in (np.float64, np.float32, np.int64, np.bool_):
+    if array.dtype not in _SHAREABLE or array.dtype.metadata is not None:
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{array.dtype}. The only supported types are: "
-            "float64, float32, int64 and bool.")
+            "float64, float32, float16, int64, int32, int16, int8, uint8, and bool.")
     return _shared(np.ascontiguousarray(array))
 
 
@@ -366,10 +408,11 @@ def _filled(shape, fill_value, dtype, like, fn):
         dt = dtypes.as_dtype(dtype, fn)
     else:
         dt = like or value_dt or dtypes.get_default_dtype()
-    if dt is dtypes.int64:
+    if dt is dtypes.int64 or dt in dtypes.INTEGER_DTYPES:
         v = fill_value
-        if not (math.isfinite(v) if isinstance(v, float) else True) or not _INT64_MIN <= int(v) < _INT64_END:
-            raise RuntimeError("value cannot be converted to type int64_t without overflow")
+        info = np.iinfo(dt.np)
+        if not (math.isfinite(v) if isinstance(v, float) else True) or not info.min <= int(v) <= info.max:
+            raise RuntimeError(f"value cannot be converted to type {dt.name}_t without overflow")
     elif dt is dtypes.float32 and isinstance(fill_value, numbers.Real) and not isinstance(fill_value, builtins.bool):
         if math.isfinite(fill_value) and abs(fill_value) > _FLOAT32_MAX:
             raise RuntimeError("value cannot be converted to type float without overflow")
@@ -514,8 +557,7 @@ def manual_seed(seed):
 def rng():
     """The generator behind every random op (tj.compile refuses random ops in a trace)."""
     if _state.trace is not None:
-        from tapejit.replay.trace import refuse_random, _caller
-        refuse_random(_caller()[0])
+        _state.trace.on_random()
     return _rng[0]
 
 
@@ -579,6 +621,93 @@ def randperm(n, dtype=None, device=None, requires_grad=False, generator=None):
     return _leaf(rng().permutation(n).astype(dt.np), requires_grad)
 
 
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """Draws from N(mean, std): tensor ``mean``/``std`` broadcast against each other, or
+    numbers with ``size``.  As torch's, the draw has no gradient with respect to ``mean``
+    or ``std`` (zeros, not a reparameterisation: ``distributions.Normal.rsample`` has one)."""
+    if not isinstance(mean, Tensor) and not isinstance(std, Tensor):
+        if size is None:
+            raise TypeError(f"normal() received an invalid combination of arguments - got "
+                            f"({type_name(mean)}, {type_name(std)}), but expected one of: (Tensor mean, Tensor std), "
+                            f"(Tensor mean, float std = 1), (float mean, Tensor std), "
+                            f"(float mean, float std, tuple of ints size)")
+        _check_device(device)
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+        dt = _random_dtype(dtype, "normal_kernel_cpu", "normal")
+        return _leaf(rng().normal(mean, std, _shape_arg((size,), "normal")).astype(dt.np), requires_grad)
+    tensors = [t for t in (mean, std) if isinstance(t, Tensor)]
+    dt = tensors[0]._dtype
+    for t in tensors:
+        if not t._dtype.is_floating_point:
+            raise dtypes.not_implemented("normal_kernel_cpu", t._dtype)
+    m = mean._value() if isinstance(mean, Tensor) else mean
+    s = std._value() if isinstance(std, Tensor) else std
+    if isinstance(std, Tensor):
+        if (np.asarray(s) < 0).any():
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+    elif std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+    sample = _concrete(np.asarray(rng().normal(m, s, np.broadcast_shapes(np.shape(m), np.shape(s))), dt.np))
+    differentiable = [t for t in tensors if t._rg]
+    if not differentiable or not _state.grad:
+        return sample
+    # the draw's gradient is zero with respect to mean and std (torch's NormalBackward)
+    for t in differentiable:
+        sample = sample + t * 0.0
+    return sample
+
+
+def bernoulli(input, p=None, *, generator=None):
+    """0/1 draws in ``input``'s dtype with probability ``input`` (or the number ``p``); no
+    gradient flows through them (zeros, as torch's BernoulliBackward)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"bernoulli(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
+    if not input._dtype.is_floating_point:
+        raise dtypes.not_implemented("bernoulli_tensor_cpu_p_" if p is None else "bernoulli_scalar_cpu_",
+                                     input._dtype)
+    probs = input._value() if p is None else np.full(input._shape, float(p))
+    if not ((probs >= 0) & (probs <= 1)).all():
+        raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message "
+                           "be improved?  If so, please report an enhancement request to PyTorch.)")
+    draws = _concrete(np.asarray(rng().random(input._shape) < probs, input._dtype.np))
+    return draws + input * 0.0 if input._rg and _state.grad else draws
+
+
+@export(method=True)
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """``num_samples`` category indices (int64) per row of the weights ``input`` (1-D or 2-D,
+    not necessarily normalised), with or without replacement; drawn from tapejit's generator
+    (``tj.manual_seed`` repeats them; torch's draws differ)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"multinomial(): argument 'input' (position 1) must be Tensor, not {type_name(input)}")
+    if len(input._shape) not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not input._dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{dtypes.SCALAR_TYPE_NAMES[input._dtype.name]}")
+    num_samples = _int_arg(num_samples, "multinomial", "num_samples", 2)
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    weights = np.asarray(input._value(), np.float64).reshape(-1, input._shape[-1])
+    categories = weights.shape[1]
+    if not replacement and num_samples > categories:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    totals = weights.sum(1)
+    if (totals <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and ((weights > 0).sum(1) < num_samples).any():
+        raise RuntimeError("invalid multinomial distribution (with replacement=False, not enough non-negative "
+                           "category to sample)")
+    draw = rng()
+    rows = [draw.choice(categories, num_samples, replace=replacement, p=row / total)
+            for row, total in zip(weights, totals)]
+    samples = np.array(rows, np.int64).reshape(input._shape[:-1] + (num_samples,))
+    return _leaf(samples, False)
+
+
 @export()
 def rand_like(input, dtype=None, device=None, requires_grad=False):
     return rand(*input._shape, dtype=dtype or input._dtype, device=device, requires_grad=requires_grad)
@@ -587,3 +716,6 @@ def rand_like(input, dtype=None, device=None, requires_grad=False):
 @export()
 def randn_like(input, dtype=None, device=None, requires_grad=False):
     return randn(*input._shape, dtype=dtype or input._dtype, device=device, requires_grad=requires_grad)
+
+
+_provide_to_tensor(legacy_array=legacy_array)

@@ -16,10 +16,11 @@ import threading
 import numpy as np
 
 from tapejit import chunked, registry
-from tapejit.ops.core import CAST
+from tapejit.dependencies import dependencies, listed_operands, prune_fields
+from tapejit.ops.core import CAST, LOAD
 from tapejit.inplace import note_writes_since_loads
 from tapejit.tape import forget_opened, modes, sweeps, retire_current, retire_if_due, state
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 _grad_lock = threading.Lock()
 
@@ -30,7 +31,9 @@ FREED = (
     "through the graph a second time or if you need to access saved tensors after calling backward.")
 
 
-def _as_seed(root, grad):
+def seed_value(root, grad):
+    """The flat seed for ``root``'s backward: ones for a scalar when ``grad`` is None, else
+    ``grad`` checked against ``root``'s shape (torch's errors)."""
     if grad is None:
         if root._numel != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -45,8 +48,6 @@ def _as_seed(root, grad):
 
 def _seeds(outputs, grads, create_graph):
     """``[(output, flat seed)]`` for the roots of a backward pass."""
-    if create_graph:
-        raise NotImplementedError("tapejit does not support create_graph=True (higher-order gradients)")
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     if grads is None:
         grads = [None] * len(outputs)
@@ -56,39 +57,63 @@ def _seeds(outputs, grads, create_graph):
     for t, g in zip(outputs, grads):
         if not t._rg:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        seeds.append((t, _as_seed(t, g)))
+        seeds.append((t, seed_value(t, g)))
     return seeds
+
+
+# The recorded backward pass (``create_graph=True``) applies derivative formulas written with
+# front ends, a layer above the engine: tapejit/autograd/higher.py hands itself over at import.
+_higher = {}
+
+
+def provide_recorded_backward(module):
+    _higher["module"] = module
+
+
+def _recorded_backward():
+    module = _higher.get("module")
+    if module is None:
+        raise NotImplementedError("create_graph=True needs tapejit.autograd.higher, which is not loaded")
+    return module
+
+
+def recorded_grad(outputs, inputs, grad_outputs=None, allow_unused=False, materialize_grads=False):
+    """Differentiable gradients (``create_graph=True``), also inside a function tj.compile
+    traces (a nested ``tj.grad``: the recorded pass is itself traced)."""
+    return _recorded_backward().grad_graph(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward`` / ``autograd.backward``: accumulate into leaves' ``.grad``."""
     if state.trace is not None:   # inside tj.compile's first call: also kept for the replays
-        from tapejit.replay import trace
-        return trace.backward(state.trace, tensors, grad_tensors, retain_graph, create_graph, inputs)
+        return state.trace.on_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)
     if (grad_tensors is None and inputs is None and not retain_graph and not create_graph
             and type(tensors) is list and len(tensors) == 1 and _plain_scalar_root(tensors[0])):
         _backward_scalar(tensors[0])
         return
+    if create_graph:   # a recorded backward pass, not the compiled sweep (autograd/higher.py)
+        return _recorded_backward().backward_graph(tensors, grad_tensors, inputs)
     seeds = _seeds(tensors, grad_tensors, create_graph)
     only = None
     if inputs is not None:
         only = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    _run(seeds, bool(retain_graph), targets=only, accumulate=True)
+    run_backward(seeds, bool(retain_graph), targets=only, accumulate=True)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, materialize_grads=False):
     """``autograd.grad``: return d(outputs)/d(inputs) without touching ``.grad``."""
     if state.trace is not None:
-        from tapejit.replay.trace import refuse
-        refuse("autograd.grad", "its results would be constants in the replays; use loss.backward() "
-               "in the function, or tj.compile(tj.grad(f)).")
+        state.trace.refuse("autograd.grad", "its results would be constants in the replays; use "
+                           "loss.backward() in the function, or tj.compile(tj.grad(f)).")
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for t in inputs:
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if create_graph:
+        return recorded_grad(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
     seeds = _seeds(outputs, grad_outputs, create_graph)
-    found = _run(seeds, bool(retain_graph), targets=inputs, accumulate=False)
+    found = run_backward(seeds, bool(retain_graph), targets=inputs, accumulate=False)
     result = []
     for t, g in zip(inputs, found):
         if g is None:
@@ -114,7 +139,7 @@ def _plain_scalar_root(root):
 
 
 def _backward_scalar(root, leaves=None):
-    """What ``_run`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks and
+    """What ``run_backward`` does for a ``_plain_scalar_root``, without the bookkeeping for hooks and
     several roots: this fixed cost is paid on every training step.  With ``leaves`` (leaf
     tensors), returns their gradients (None where unused) and leaves ``.grad`` alone, as
     ``autograd.grad`` does."""
@@ -136,7 +161,7 @@ def _backward_scalar(root, leaves=None):
         else:
             adj[off] = 1.0
             flags[off] = 1
-        sw = sweeps(tape.groups)
+        sw = sweeps()
         try:
             _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
         except BaseException:
@@ -164,8 +189,8 @@ def _backward_scalar(root, leaves=None):
         retire_current()
     elif state.opened:
         forget_opened(tape)
-    if older:   # tensors from earlier tapes: their tapes are swept next, as _run does
-        more = _run(older, False, leaves, leaves is None)
+    if older:   # tensors from earlier tapes: their tapes are swept next, as run_backward does
+        more = run_backward(older, False, leaves, leaves is None)
         for i, g in enumerate(more):
             if g is not None:
                 found[i] = g if found[i] is None else found[i] + g
@@ -192,7 +217,9 @@ class _Work:
         self.seeds = []
 
 
-def _run(seeds, retain, targets, accumulate):
+def run_backward(seeds, retain, targets, accumulate):
+    """Sweep back from ``seeds`` (``[(root, flat seed)]``); ``accumulate``: into the leaves'
+    ``.grad`` (backward), else returned per tensor of ``targets`` (autograd.grad)."""
     target_ids = None
     if targets is not None:
         target_ids = {}
@@ -200,11 +227,22 @@ def _run(seeds, retain, targets, accumulate):
             target_ids.setdefault(id(t), []).append(i)
     found = [None] * (len(targets) if targets is not None else 0)
     work = {}
+    swept = {}    # id -> tape (held, so that no new tape takes a swept one's id)
 
     def seed(tensor, g):
         if tensor._tape is None:        # a leaf as root: its gradient is the seed itself
             _deliver_leaf(tensor, g.reshape(tensor._shape), target_ids, found, accumulate)
             return
+        if id(tensor._tape) in swept:
+            # Tapes are swept newest first, and a tape reads only tensors of older ones; a
+            # tensor changed in place is re-recorded on the tape of the change, so an older
+            # tape that read it before may point at a tape already swept.  Sweeping it
+            # again would loop (or count its gradient twice): refuse.
+            raise RuntimeError(
+                f"tapejit: backward reached a tensor of shape {list(tensor._shape)} through an op "
+                "recorded before that tensor was changed in place (after a backward or a new "
+                "graph began); its gradient cannot be followed to the value the op read.  "
+                "Clone the tensor before changing it in place.")
         w = work.get(id(tensor._tape))
         if w is None:
             w = work[id(tensor._tape)] = _Work(tensor._tape)
@@ -217,6 +255,7 @@ def _run(seeds, retain, targets, accumulate):
     while work:
         w = max(work.values(), key=lambda item: item.tape.serial)
         del work[id(w.tape)]
+        swept[id(w.tape)] = w.tape
         touched_current |= w.tape is current
         _sweep_tape(w, retain, targets, target_ids, found, accumulate, seed)
     if touched_current:
@@ -257,18 +296,19 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
             flags[off] = 1
     stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
     skipped = _unneeded_functions(tape, targets) if (targets is not None and tape.functions) else ()
-    sw = sweeps(tape.groups)
+    rec = tape.rec if targets is None else _toward(tape, targets)
+    sw = sweeps()
     anomaly = {} if modes.anomaly else None   # slot sizes per arena, for _check_nan
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
         _at_stop(tape, stops.get(tape.nrec, ()), target_ids, found, accumulate, retain, skipped)
         for start, end, kind in (segments[::-1] if type(segments) is tuple else reversed(list(segments))):
             if kind == "cast":
-                _cast_backward(tape, start, retain)
+                _cast_backward(tape, start, retain, rec)
             elif anomaly is not None:
-                _sweep_checking_nan(tape, sw, start, end, kind, retain, anomaly)
+                _sweep_checking_nan(tape, rec, sw, start, end, kind, retain, anomaly)
             else:
-                _check(tape, sw.backward(tape.rec, start, end, tape.vals[kind], tape.adj[kind],
+                _check(tape, sw.backward(rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
                                          tape.floats[kind], retain, sw.table(kind)))
             _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain, skipped)
@@ -289,23 +329,22 @@ def _check(tape, r):
     raise RuntimeError(FREED)
 
 
-def _sweep_checking_nan(tape, sw, start, end, d, retain, sizes):
+def _sweep_checking_nan(tape, rec, sw, start, end, d, retain, sizes):
     """``detect_anomaly``: the records one at a time, each followed by a NaN check of the
     gradients it wrote.  Only records that ran (their result had a gradient) are checked:
     an adjoint slot this pass did not write still holds an earlier pass's values, NaN
     included (a pass stopped by this very error leaves them)."""
-    rec = tape.rec
     flags = tape.flags[d]
     for r in range(end - 1, start - 1, -1):
         if not flags[rec[r, 1]]:
             continue
         _check(tape, sw.backward(rec, r, r + 1, tape.vals[d], tape.adj[d], flags, tape.freed,
                                  tape.ints, tape.floats[d], retain, sw.table(d)))
-        _check_nan(tape, r, d, sizes)
+        _check_nan(tape, rec, r, d, sizes)
 
 
-def _check_nan(tape, r, d, sizes):
-    code, out, a, b, p, q = tape.rec[r].tolist()
+def _check_nan(tape, rec, r, d, sizes):
+    code, out, a, b, p, q = rec[r].tolist()
     op = registry.OPS[code >> 1]
     if d not in sizes:
         sizes[d] = _slot_sizes(tape, d)
@@ -325,8 +364,8 @@ def _slot_sizes(tape, d):
     return dict(zip(outs.tolist(), (ends - outs).tolist()))
 
 
-def _cast_backward(tape, r, retain):
-    code, out, a, _, n, _ = tape.rec[r].tolist()
+def _cast_backward(tape, r, retain, rec=None):
+    code, out, a, _, n, _ = (tape.rec if rec is None else rec)[r].tolist()
     dst = code & 1
     src = 1 - dst
     if not tape.flags[dst][out]:
@@ -357,13 +396,69 @@ def _at_stop(tape, items, target_ids, found, accumulate, retain, skipped):
             item.run_backward(tape, retain, item not in skipped)
 
 
+def _toward(tape, targets):
+    """The records for a sweep toward ``targets`` only (``autograd.grad``'s inputs,
+    ``backward(inputs=)``): an operand none of whose values depends on a target gets no
+    gradient (its field is rewritten as a constant's, in a copy), as torch's engine runs
+    only the nodes on a path to the inputs: no products for leaves not asked for (an
+    MLP's weights when the gradient is the input's, or the input's when it is the
+    weights'), and no hooks of tensors off those paths.  ``tape.rec`` itself when every
+    leaf that takes a gradient is a target.  A value loaded from an older tape and a
+    custom Function's output count as leading to a target (their graphs are not followed)."""
+    ids = {id(t) for t in targets}
+    sources = tape.sources
+    kept = []
+    others = False
+    for index, d, off in tape.grad_loads:
+        src = sources[index]
+        if id(src) in ids or src._tape is not None:
+            kept.append((d, off))
+        else:
+            others = True
+    if not others:
+        return tape.rec
+    marks = [np.zeros(max(size, 1), np.uint8) for size in tape.cursor]
+    for d, off in kept:
+        marks[d][off] = 1
+    for t in targets:
+        if t._tape is tape:
+            marks[t._dtype.arena][t._off] = 1
+    for _, ctx in tape.functions or ():
+        for arena, off, _, _ in ctx._outputs:
+            marks[arena][off] = 1
+    n = tape.nrec
+    rec = tape.rec[:n].copy()
+    forced = np.zeros(n, np.uint8)
+    with_listed = np.flatnonzero(_has_listed()[rec[:, 0] >> 1])
+    if len(with_listed) <= _LISTED_READ:
+        listed_at, listed = listed_operands(rec, tape.ints)
+    else:   # reading each one's list costs Python per record: their results count as reached
+        listed_at, listed = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        forced[with_listed] = 1
+    cut = prune_fields(rec, n, listed_at, listed, forced, LOAD.opcode, CAST.opcode, marks[0], marks[1])
+    return rec if cut else tape.rec
+
+
+#: records with operands listed in ``ints`` (cat, stack, linear's bias) whose lists
+#: ``_toward`` reads (~2 us each); past this many (a scalar graph's stacks) it assumes
+#: each such record's result leads to a target, which cuts fewer fields but never a needed one
+_LISTED_READ = 64
+_HAS_LISTED = [np.zeros(0, bool)]
+
+
+def _has_listed():
+    """Per opcode, whether its records list operands in ``ints`` (rebuilt if ops were added)."""
+    if len(_HAS_LISTED[0]) != len(registry.OPS):
+        _HAS_LISTED[0] = np.array([op.listed is not None for op in registry.OPS], bool)
+    return _HAS_LISTED[0]
+
+
 def _unneeded_functions(tape, targets):
     """The custom Functions on ``tape`` none of whose inputs leads to a tensor in ``targets``
     (``autograd.grad``'s inputs): torch's engine runs only the nodes on a path to them, so
     their Python ``backward`` (a module's backward hooks) must not run.  A value loaded from
     an older tape counts as leading to a target (its graph is not followed): a Function is
     skipped only when certainly unneeded."""
-    from tapejit.replay._graph import dependencies, listed_operands
     rec = tape.rec[:tape.nrec]
     ids = {id(t) for t in targets}
     wanted = ([], [])   # per arena, the slots of targets and of needed Functions' outputs
@@ -489,3 +584,6 @@ def _accumulate(t, g):
             current._data += g
         else:
             t._grad = _concrete(current._value() + g)
+
+
+_provide_to_tensor(backward=backward)

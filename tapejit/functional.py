@@ -9,10 +9,9 @@ non-differentiated arguments just works.
 
 Each call records on a tape of its own, so a pending graph of the caller's is left alone.
 A call inside another one's ``f`` (nested differentiation: ``tj.grad(tj.grad(f))``, or an
-inner function closing over an outer traced value) is not supported yet (see the
-higher-order issue); it raises instead of returning a gradient that treats the outer
-values as constants.  The inner call is detected by its arguments (a traced value) and
-by its graph (the inner tape reads a tensor of an enclosing call).
+inner function closing over an outer traced value) records its gradient on the caller's
+tape with ``create_graph`` (``_nested_call``) and returns traced arrays, so the outer
+derivative differentiates through it, to any order.
 """
 import functools
 import numbers
@@ -73,6 +72,8 @@ def _outer_value(x):
 def _leaf(value, name, i):
     """Argument ``i`` as a float leaf that requires grad; ints become float64 (as NumPy's
     true division would), float32 stays float32."""
+    if _np_mode._scipy_waiting:   # every differentiation entry makes its leaves here
+        _np_mode.intercept_scipy()
     if type(value) is np.ndarray and value.dtype in _FLOAT_KINDS:
         return _concrete(value if value.flags.c_contiguous else value.copy(), rg=True)
     if isinstance(value, Tensor):
@@ -235,11 +236,12 @@ def _differentiate(fun, argnums, has_aux, name):
     highest, lowest = max(nums), min(nums)
 
     def value_and_gradients(args, kwargs):
+        if _is_nested(args):
+            return _nested_call(fun, args, kwargs, nums, single, has_aux, name)
         if state.trace is not None:
-            from tapejit.replay.trace import refuse
-            refuse(f"{name} called inside a function being compiled",
-                   f"its NumPy results would be frozen into every replay. Compile the "
-                   f"{name}(f) itself: tj.compile({name}(f)).")
+            state.trace.refuse(f"{name} called inside a function being compiled",
+                               f"its NumPy results would be frozen into every replay. Compile the "
+                               f"{name}(f) itself: tj.compile({name}(f)).")
         n = len(args)
         if highest >= n or lowest < -n:
             raise TypeError(f"{name}: argnums {argnums!r} is out of range for {n} positional arguments")
@@ -307,6 +309,57 @@ def _differentiate(fun, argnums, has_aux, name):
     return value_and_gradients
 
 
+def _is_nested(args):
+    """Whether a call runs inside another derivative's function (or a function
+    ``tj.compile`` traces, with traced arguments): its results are then traced values,
+    aux included, for the enclosing derivative to follow."""
+    return bool(_calls.active) or state.trace is not None and any(type(a) is TracedArray for a in args)
+
+
+def _nested_call(fun, args, kwargs, nums, single, has_aux, name):
+    """A call inside another one's ``f`` (``tj.grad(tj.grad(f))``, or inside a function
+    ``tj.compile`` traces): the gradient is itself recorded (``create_graph``,
+    ``tapejit/autograd/higher.py``), on the caller's tape, and comes back as traced arrays,
+    so the enclosing derivative differentiates through it.  A traced argument is
+    differentiated through a copy of its own (a ``clone`` record): the inner derivative
+    follows only the argument, not other uses of the same outer value in a closure."""
+    n = len(args)
+    if max(nums) >= n or min(nums) < -n:
+        raise TypeError(f"{name}: argnums {nums if len(nums) > 1 else nums[0]!r} is out of range for "
+                        f"{n} positional arguments")
+    args = list(args)
+    leaves = []
+    leaf_at = {}
+    for i in dict.fromkeys(i % n for i in nums):
+        a = args[i]
+        if type(a) is TracedArray and a._t._rg and a._t._dtype.is_floating_point:
+            prev = state.grad
+            state.grad = True
+            try:
+                leaf = a._t.clone()
+            finally:
+                state.grad = prev
+        else:
+            leaf = _leaf(a._t if type(a) is TracedArray else a, name, i)
+        args[i] = _np_mode._wrap(leaf)
+        leaves.append(leaf)
+        leaf_at[i] = leaf
+    out, aux = call_for_value(fun, args, kwargs, has_aux, name)
+    if isinstance(out, Tensor) and out._rg:
+        found = engine.recorded_grad([out], leaves, None, True, False)
+        value = _np_mode._wrap(out.reshape(()))
+    else:
+        found = [None] * len(leaves)
+        value = float(np.asarray(out._value() if isinstance(out, Tensor) else out).reshape(-1)[0])
+    found_at = {id(leaf): g for leaf, g in zip(leaves, found)}
+    grads = []
+    for i in nums:
+        leaf = leaf_at[i % n]
+        g = found_at[id(leaf)]
+        grads.append(np.zeros(leaf._shape, leaf._dtype.np) if g is None else _np_mode._wrap(g))
+    return value, (grads[0] if single else tuple(grads)), aux
+
+
 def value_and_grad(fun, argnums=0, has_aux=False):
     """``f -> (lambda *args: (f(*args) as float, gradient(s) as NumPy))``.
 
@@ -320,8 +373,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
 
     @functools.wraps(fun)
     def value_and_grad_fun(*args, **kwargs):
+        nested = _is_nested(args)
         value, grads, aux = run(args, kwargs)
-        return ((value, aux_values(aux)) if has_aux else value), grads
+        return ((value, aux if nested else aux_values(aux)) if has_aux else value), grads
 
     value_and_grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "value_and_grad")
     return value_and_grad_fun
@@ -333,8 +387,127 @@ def grad(fun, argnums=0, has_aux=False):
 
     @functools.wraps(fun)
     def grad_fun(*args, **kwargs):
+        nested = _is_nested(args)
         _, grads, aux = run(args, kwargs)
-        return (grads, aux_values(aux)) if has_aux else grads
+        return (grads, aux if nested else aux_values(aux)) if has_aux else grads
 
     grad_fun._tapejit_functional = (fun,) + _argnums(argnums) + (has_aux, "grad")
     return grad_fun
+
+
+# ---- higher order: jacobian, hessian, hvp --------------------------------------------------
+
+def _as_output_tensor(out, name):
+    if type(out) is TracedArray:
+        return out._t
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, (list, tuple)) or isinstance(out, np.ndarray) and out.dtype == object:
+        if _np_mode._contains_traced(out):
+            return _np_mode._tensor_of(out)
+    return _concrete(np.asarray(out, dtype=np.float64))
+
+
+def jacobian(fun, argnums=0):
+    """``f -> (lambda *args: the Jacobian of f as NumPy)``: of shape ``out.shape +
+    arg.shape`` (reverse mode, one backward per output element); a tuple of them for a
+    tuple ``argnums``, and per output for a function returning a tuple (JAX's layout)."""
+    nums, single = _argnums(argnums)
+
+    @functools.wraps(fun)
+    def jacobian_fun(*args, **kwargs):
+        if state.trace is not None or _calls.active:
+            raise _nested("jacobian", "tj.jacobian called inside a function being differentiated "
+                          "or compiled")
+        n = len(args)
+        if max(nums) >= n or min(nums) < -n:
+            raise TypeError(f"jacobian: argnums {argnums!r} is out of range for {n} positional arguments")
+        args = list(args)
+        leaves = []
+        leaf_at = {}
+        for i in dict.fromkeys(i % n for i in nums):
+            leaf = _leaf(args[i], "jacobian", i)
+            args[i] = _np_mode._wrap(leaf)
+            leaves.append(leaf)
+            leaf_at[i] = leaf
+        caller_tape = state.tape
+        state.tape = None
+        tape = current()
+        _calls.active.append((leaves, tape.serial))
+        prev = state.grad
+        state.grad = True
+        try:
+            out = fun(*args, **kwargs)
+            many = isinstance(out, tuple)
+            outs = [_as_output_tensor(o, "jacobian") for o in (out if many else (out,))]
+            per_output = []
+            for o in outs:
+                rows = {id(leaf): np.zeros((o._numel,) + tuple(leaf._shape), leaf._dtype.np) for leaf in leaves}
+                if o._rg and o._numel:
+                    for j in range(o._numel):
+                        seed = np.zeros(o._numel, o._dtype.np)
+                        seed[j] = 1.0
+                        found = engine.grad([o], leaves, [_concrete(seed.reshape(o._shape))],
+                                            retain_graph=True, allow_unused=True)
+                        for leaf, g in zip(leaves, found):
+                            if g is not None:
+                                rows[id(leaf)][j] = g._value()
+                blocks = tuple(rows[id(leaf_at[i % n])].reshape(tuple(o._shape) + tuple(leaf_at[i % n]._shape))
+                               for i in nums)
+                per_output.append(blocks[0] if single else blocks)
+        finally:
+            state.grad = prev
+            _calls.active.pop()
+            if state.tape is not None and state.tape is not caller_tape:
+                retire_current()
+            state.tape = caller_tape
+        return tuple(per_output) if many else per_output[0]
+
+    return jacobian_fun
+
+
+def hessian(fun, argnums=0):
+    """``f -> (lambda *args: the Hessian of scalar f as NumPy)``, of shape ``arg.shape +
+    arg.shape``; ``H[i][j]`` for a tuple ``argnums`` (JAX's layout).  The Jacobian of the
+    gradient, which is recorded (nested ``tj.grad``)."""
+    return functools.wraps(fun)(jacobian(grad(fun, argnums), argnums))
+
+
+def hvp(fun, argnums=0):
+    """``f -> (lambda *args, v: the Hessian of scalar f times v, as NumPy)``: called as
+    ``hvp(f)(x, v)`` (``v`` after the arguments; a tuple of vectors for a tuple
+    ``argnums``).  The gradient of ``<grad f(x), v>``: one recorded backward and one
+    compiled one, whatever the size, and ``tj.compile(tj.hvp(f))`` traces it once."""
+    nums, single = _argnums(argnums)
+    inner = grad(fun, argnums)
+
+    def contracted(*args_and_v):
+        *args, v = args_and_v
+        g = inner(*args)
+        gs, vs = ((g,), (v,)) if single else (tuple(g), tuple(v))
+        if len(vs) != len(gs):
+            raise TypeError(f"hvp: v must hold {len(gs)} vectors (one per argnum), got {len(vs)}")
+        total = None
+        for gi, vi in zip(gs, vs):
+            if np.shape(vi) != np.shape(gi):
+                raise ValueError(f"hvp: v of shape {np.shape(vi)} does not match the argument's "
+                                 f"shape {np.shape(gi)}")
+            term = np.sum(gi * vi)
+            total = term if total is None else total + term
+        return total
+
+    contracted.__name__ = contracted.__qualname__ = f"hvp_of_{getattr(fun, '__name__', 'f')}"
+    outer = grad(contracted, argnums)
+
+    @functools.wraps(fun)
+    def hvp_fun(*args_and_v):
+        if len(args_and_v) < 2:
+            raise TypeError("hvp: call as hvp(f)(*args, v)")
+        if any(i < 0 for i in nums):   # argnums count from the end of f's arguments, not of (args, v)
+            n = len(args_and_v) - 1
+            return grad(contracted, tuple(i % n for i in nums) if not single else nums[0] % n)(*args_and_v)
+        return outer(*args_and_v)
+
+    if all(i >= 0 for i in nums):
+        hvp_fun._tapejit_functional = (contracted,) + (nums, single) + (False, "grad")
+    return hvp_fun

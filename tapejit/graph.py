@@ -15,7 +15,9 @@ records it shows (a tape that a node refers to is never reused anyway).
 import weakref
 
 from tapejit import registry
-from tapejit.tensor import Tensor
+from tapejit.ops.core import LOAD
+from tapejit.recording import composite_at as _composite_at
+from tapejit.tensor import Tensor, provide as _provide_to_tensor
 
 _classes = {}
 _nodes = weakref.WeakValueDictionary()          # (tape serial, record) -> Node
@@ -75,6 +77,30 @@ class Node:
         raise NotImplementedError("tapejit: hooks on grad_fn nodes are not supported; use Tensor.register_hook")
 
 
+class CompositeNode(Node):
+    """The node of a composite op's output record, shown as torch's single node: its name
+    is torch's (``NllLossBackward0``), its ``next_functions`` the nodes of the composite's
+    inputs (the records inside it are not shown, as torch has none)."""
+
+    __slots__ = ("_inputs",)
+
+    def name(self):
+        cls = type(self).__name__
+        return "torch::autograd::CopySlices" if cls == "CopySlices" else cls   # torch's C++ node
+
+    @property
+    def next_functions(self):
+        result = []
+        for operand in self._inputs:
+            if operand is None:
+                result.append((None, 0))
+            elif isinstance(operand, Tensor):   # a leaf that requires grad
+                result.append((_accumulator(operand), 0))
+            else:
+                result.append((_node_at(self._tape, *operand), 0))
+        return tuple(result)
+
+
 class AccumulateGrad:
     """The node of a leaf that requires grad; ``variable`` is the leaf."""
 
@@ -105,8 +131,14 @@ def _node_class(node_name):
     return cls
 
 
+def _composite_class(node_name):
+    cls = _classes.get(("composite", node_name))
+    if cls is None:
+        cls = _classes[("composite", node_name)] = type(node_name, (CompositeNode,), {"__slots__": ()})
+    return cls
+
+
 def _node_at(tape, arena, off):
-    from tapejit.ops.core import LOAD
     r = tape.producer(arena, off)
     if r is None:
         return None
@@ -121,7 +153,13 @@ def _node_at(tape, arena, off):
     key = (tape.serial, r)
     node = _nodes.get(key)
     if node is None:
-        node = _nodes[key] = _node_class(op.node)(tape, r)
+        composite = _composite_at(tape, r)
+        if composite is None:
+            node = _nodes[key] = _node_class(op.node)(tape, r)
+        else:
+            name, inputs = composite
+            node = _nodes[key] = _composite_class(name)(tape, r)
+            node._inputs = inputs
     return node
 
 
@@ -135,3 +173,6 @@ def _accumulator(leaf):
 def node_for(t):
     """The grad_fn of taped tensor ``t``."""
     return _node_at(t._tape, t._dtype.arena, t._off)
+
+
+_provide_to_tensor(node_for=node_for)

@@ -11,7 +11,10 @@ import math
 
 import numpy as np
 
-from tapejit.tensor import Tensor, _concrete
+from tapejit.api import front_ends
+from tapejit.ops._front_ends import front_end_of, named_ops
+from tapejit.recording import as_tensor_operand
+from tapejit.tensor import Tensor, _concrete, provide as _provide_to_tensor
 
 # ---- ufuncs ----------------------------------------------------------------------------
 
@@ -20,16 +23,7 @@ _LN10 = math.log(10.0)
 
 
 def _tj():
-    import tapejit
-    return tapejit
-
-
-def _sinh(x):
-    return (x.exp() - (-x).exp()) * 0.5
-
-
-def _cosh(x):
-    return (x.exp() + (-x).exp()) * 0.5
+    return front_ends   # tj's front ends (this module is imported by the facade, not above it)
 
 
 def _logaddexp(a, b):
@@ -41,32 +35,36 @@ def _logaddexp(a, b):
     return tj.maximum(a, b) + (-diff.abs()).exp().log1p()
 
 
-_UNARY = {
-    np.negative: lambda x: -x,
+def _from_registry(kind):
+    """NumPy's ufuncs that ops name as theirs (``names(..., numpy=("log1p",))``): the op's
+    front end, the one ``tj.<name>`` runs."""
+    table = {}
+    for op in named_ops():
+        if op.kind != kind:
+            continue
+        for name in op.names.numpy:
+            ufunc = getattr(np, name, None)
+            if not isinstance(ufunc, np.ufunc):
+                raise TypeError(f"op {op.name!r}: numpy.{name} is not a NumPy ufunc; a NumPy function other "
+                                f"than a ufunc is routed by __array_function__'s table (_FUNCTIONS)")
+            table[ufunc] = front_end_of(op)
+    return table
+
+
+# np.exp(t), np.log1p(t), ...: from the registry; these below are compositions of ops.
+_UNARY = _from_registry("unary")
+_UNARY.update({
     np.positive: lambda x: x.clone(),
-    np.absolute: lambda x: x.abs(),
-    np.exp: lambda x: x.exp(),
     np.exp2: lambda x: (x * _LN2).exp(),
-    np.log: lambda x: x.log(),
     np.log2: lambda x: x.log() * (1.0 / _LN2),
     np.log10: lambda x: x.log() * (1.0 / _LN10),
-    np.log1p: lambda x: x.log1p(),
-    np.expm1: lambda x: x.expm1(),
-    np.sqrt: lambda x: x.sqrt(),
     np.square: lambda x: x ** 2,
     np.reciprocal: lambda x: 1.0 / x,
-    np.sin: lambda x: x.sin(),
-    np.cos: lambda x: x.cos(),
-    np.tan: lambda x: x.tan(),
-    np.tanh: lambda x: x.tanh(),
-    np.sinh: _sinh,
-    np.cosh: _cosh,
-    np.sign: lambda x: x.sign(),
     np.isnan: lambda x: _tj().isnan(x),
     np.isinf: lambda x: _tj().isinf(x),
     np.isfinite: lambda x: _tj().isfinite(x),
     np.logical_not: lambda x: _tj().logical_not(x),
-}
+})
 
 _BINARY = {
     np.add: lambda a, b: a + b,
@@ -84,14 +82,15 @@ _BINARY = {
 }
 
 # Functions of two tensors (no Python-operator form): scalars become tensors first.
-_BINARY_TENSORS = {
+_BINARY_TENSORS = _from_registry("binary")
+_BINARY_TENSORS.update({
     np.maximum: lambda a, b: _tj().maximum(a, b),
     np.minimum: lambda a, b: _tj().minimum(a, b),
     np.logaddexp: _logaddexp,
     np.logical_and: lambda a, b: _tj().logical_and(a, b),
     np.logical_or: lambda a, b: _tj().logical_or(a, b),
     np.logical_xor: lambda a, b: _tj().logical_xor(a, b),
-}
+})
 
 _REDUCE = {
     np.add: lambda x, dim, keep: _tj().sum(x, dim, keep),
@@ -113,7 +112,6 @@ def _tensor_operand(x, like):
     dtype; Python and NumPy scalars take the float dtype of the tensor operand)."""
     if isinstance(x, Tensor):
         return x
-    from tapejit.recording import as_tensor_operand
     if isinstance(x, np.generic):
         x = x.item()
     return as_tensor_operand(x, like)
@@ -275,15 +273,24 @@ def _dot(a, b, out=None):
     return a @ b
 
 
+# NumPy mode's implementations by name, and its ``to_tensor``: tapejit/numpy_mode.py, above
+# this module, hands them over at import with ``provide``.
+_numpy_mode = {}
+
+
+def provide(**functions):
+    _numpy_mode.update(functions)
+
+
 def _numpy_semantics(name):
     """NumPy's function on tensors with NumPy's semantics: NumPy mode's implementation
     (tapejit/numpy_mode.py), which takes tensors, its traced results unwrapped."""
     def call(*args, **kwargs):
-        from tapejit import numpy_mode
-        result = getattr(numpy_mode, name)(*args, **kwargs)
+        result = _numpy_mode[name](*args, **kwargs)
+        to_tensor = _numpy_mode["to_tensor"]
         if isinstance(result, (list, tuple)):
-            return type(result)(numpy_mode.to_tensor(r) for r in result)
-        return numpy_mode.to_tensor(result)
+            return type(result)(to_tensor(r) for r in result)
+        return to_tensor(result)
     return call
 
 
@@ -514,3 +521,6 @@ def _public_name(func):
 
 
 del _name, _fn
+
+
+_provide_to_tensor(array_ufunc=array_ufunc, array_function=array_function)

@@ -77,15 +77,21 @@ tapejit's torch-style functions take tensors: ``to_tensor(x)`` is the tensor a t
 array holds (same graph), ``from_tensor(t)`` wraps a tensor back; ``f`` may also return
 a tensor.
 """
+import functools
+import inspect
 import numbers
 import operator
 import sys
+import types
 import warnings
 
 import numpy as np
 
-from tapejit import dtypes
+from tapejit import dtypes, linalg as _linalg, special as _special
 from tapejit import numpy_interop as _interop
+from tapejit.api import Names, front_ends
+from tapejit.ops.movement import CLONE as _COPY
+from tapejit.ops.views import _copy_range, _plain
 from tapejit.tape import state as _state
 from tapejit.tensor import Tensor, _concrete
 
@@ -217,6 +223,9 @@ class TracedArray:
         if want is not None and want != object:
             raise _read_error(f"converting a traced array to a NumPy {want} array (np.asarray(x, "
                               f"dtype=...), np.float64(x), ...)")
+        scipy_name = _scipy_caller(sys._getframe(1))
+        if scipy_name is not None:   # SciPy's code on an object array fails or loses the gradient
+            raise _scipy_error(scipy_name, "np.asarray")
         return _object_array(self)
 
     # ---- printing ----------------------------------------------------------------------------
@@ -461,6 +470,8 @@ class TracedArray:
             if kind is slice:
                 step = key.step
                 if t._shape and (step is None or type(step) is int and step > 0):
+                    if (step is None or step == 1) and not _plain(t):
+                        return _view(self, _row_range(t, key))
                     return _view(self, t[key])
             elif kind is int:
                 if len(t._shape) > 1:
@@ -605,6 +616,17 @@ def _ufunc_method(ufunc):
     return method
 
 
+def _row_range(t, key):
+    """``t[a:b]`` as a copy of that range of rows: traced arrays are never written in
+    place (``_inplace`` rebinds), so the tensor needs none of a torch view's bookkeeping
+    (the hot path of ``x[1:] - x[:-1]``)."""
+    n0 = t._shape[0]
+    lo, hi, _ = key.indices(n0)
+    rows = hi - lo if hi > lo else 0
+    inner = t._numel // n0 if n0 else 0
+    return _copy_range(_COPY, t, lo * inner if rows else 0, rows * inner, (rows,) + t._shape[1:])
+
+
 def _wrap(t):
     a = _new(TracedArray)
     a._t = t
@@ -655,13 +677,52 @@ def from_tensor(t):
 
 # ---- refusals --------------------------------------------------------------------------------
 
+def _scipy_error(scipy_name, what):
+    # SciPy's Python-level functions convert their arguments to ndarrays: no NumPy protocol
+    # hands the call to NumPy mode (the few it intercepts are SCIPY_FUNCTIONS/SCIPY_METHODS).
+    return TypeError(
+        f"tapejit: {scipy_name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): "
+        f"SciPy converts the traced array to a NumPy array ({what} on it), which would lose its "
+        f"gradient. Write it with NumPy functions (np.max, np.exp, np.log, np.sum, ...), the "
+        f"SciPy ufuncs NumPy mode differentiates (scipy.special.gammaln, digamma, erf, erfc, "
+        f"erfinv, expit, logit, ndtr, xlogy, xlog1py) or the SciPy functions it intercepts "
+        f"({', '.join(_SCIPY_SHORT_NAMES)})")
+
+
 def _read_error(what, detail=""):
+    scipy_name = _scipy_caller(sys._getframe(2))
+    if scipy_name is not None:
+        return _scipy_error(scipy_name, what)
     return TypeError(
         f"{what} reads the value of a traced array into Python inside tj.grad/tj.value_and_grad"
         f"{detail}: the gradient would silently miss everything computed from that Python "
         f"value. Keep the computation in NumPy: np.where(condition, a, b) instead of `if`, "
         f"np.sin instead of math.sin, np.stack or np.array([...]) instead of filling an array "
         f"element by element.")
+
+
+def _scipy_caller(frame):
+    """SciPy's public name of the SciPy function that called into ``frame`` (``scipy.special.
+    logsumexp``, ``scipy.stats.norm.sf``): the outermost of the SciPy (and NumPy) frames
+    from ``frame`` up, or ``None`` if the first frame outside NumPy is not SciPy's (a
+    function ``scipy.optimize`` calls is the user's code, not SciPy's)."""
+    found = None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy."):
+            found = frame
+        elif not module.startswith("numpy."):
+            break
+        frame = frame.f_back
+    if found is None:
+        return None
+    parts = found.f_globals["__name__"].split(".")
+    public = ".".join(p for p in parts[:2] if not p.startswith("_"))
+    owner = found.f_locals.get("self")
+    dist = getattr(owner, "name", None) if owner is not None else None
+    if isinstance(dist, str):   # a scipy.stats distribution's method: norm.logpdf
+        return f"{public}.{dist}.{found.f_code.co_name}"
+    return f"{public}.{found.f_code.co_name}"
 
 
 def _refuse_tensor_api(frame):
@@ -782,7 +843,7 @@ def _promoted(parts):
 
 
 def _stack_promoted(parts, axis):
-    import tapejit as tj
+    tj = _tj()
     parts = _promoted(parts)
     if not parts[0]._dtype.is_floating_point:
         return _concrete(np.stack([p._value() for p in parts], axis))
@@ -895,9 +956,9 @@ def _binary(ufunc, a, b):
         return _remainder(np.remainder, np.floor_divide, ta, tb, dt)
     if ufunc is np.fmod:
         return _remainder(np.fmod, _trunc_divide, ta, tb, dt)
-    fn = _BINARY_FLOAT.get(ufunc)
+    fn = _BINARY_FLOAT.get(ufunc) or _scipy_ufuncs().get(ufunc)
     if fn is None:
-        raise _interop._unsupported(f"numpy.{ufunc.__name__}")
+        raise _interop._unsupported(_ufunc_name(ufunc))
     if not isinstance(ta, Tensor):
         ta = _concrete(np.asarray(ta, dt))
     if not isinstance(tb, Tensor):
@@ -937,29 +998,11 @@ def _remainder(value_fn, quotient_fn, a, b, dt):
     return _wrap(r)
 
 
+_TJ = Names(front_ends, linalg=_linalg, special=_special)
+
+
 def _tj():
-    import tapejit
-    return tapejit
-
-
-def _logaddexp2(a, b):
-    ln2 = float(np.log(2.0))
-    return _interop._logaddexp(a * ln2, b * ln2) * (1.0 / ln2)
-
-
-def _hypot(a, b):
-    return (a * a + b * b).sqrt()
-
-
-def _fmax(a, b):
-    # NumPy's fmax ignores a NaN operand: the other one wins.
-    tj = _tj()
-    return tj.where(tj.isnan(b), a, tj.where(tj.isnan(a), b, tj.maximum(a, b)))
-
-
-def _fmin(a, b):
-    tj = _tj()
-    return tj.where(tj.isnan(b), a, tj.where(tj.isnan(a), b, tj.minimum(a, b)))
+    return _TJ
 
 
 def _copysign(a, b):
@@ -967,20 +1010,23 @@ def _copysign(a, b):
     return a.abs() * sign
 
 
+# The registry's ops (tapejit/ops/special.py): each with its own derivative, exact at the
+# points where a composition of elementary ops is not (arcsinh at 0, hypot at (0, 0)).
 _BINARY_FLOAT = {
     np.maximum: lambda a, b: _tj().maximum(a, b),
     np.minimum: lambda a, b: _tj().minimum(a, b),
-    np.fmax: _fmax,
-    np.fmin: _fmin,
+    np.fmax: lambda a, b: _tj().fmax(a, b),
+    np.fmin: lambda a, b: _tj().fmin(a, b),
     np.logaddexp: _interop._logaddexp,
-    np.logaddexp2: _logaddexp2,
-    np.hypot: _hypot,
+    np.logaddexp2: lambda a, b: _tj().logaddexp2(a, b),
+    np.hypot: lambda a, b: _tj().hypot(a, b),
+    np.arctan2: lambda a, b: _tj().atan2(a, b),
     np.copysign: _copysign,
 }
 
 _DEG = float(np.pi / 180.0)
 
-_UNARY_FLOAT = dict(_interop._UNARY)
+_UNARY_FLOAT = dict(_interop._UNARY)   # with the registry's (np.arcsin: asin, ...)
 _UNARY_FLOAT.update({
     np.deg2rad: lambda x: x * _DEG,
     np.radians: lambda x: x * _DEG,
@@ -988,11 +1034,51 @@ _UNARY_FLOAT.update({
     np.degrees: lambda x: x * (1.0 / _DEG),
     np.conjugate: lambda x: x,
     np.fabs: lambda x: x.abs(),
-    np.arcsinh: lambda x: x.sign() * (x.abs() + (x * x + 1.0).sqrt()).log(),
-    np.arccosh: lambda x: (x + (x * x - 1.0).sqrt()).log(),
-    np.arctanh: lambda x: ((1.0 + x) / (1.0 - x)).log() * 0.5,
     np.cbrt: lambda x: x.sign() * x.abs() ** (1.0 / 3.0),
 })
+
+
+def _scipy_ufuncs():
+    """SciPy's ufuncs NumPy mode differentiates (registry ops), once SciPy is imported: a
+    SciPy ufunc reaching ``__array_ufunc__`` means the caller has imported it."""
+    global _SCIPY_UFUNCS
+    if _SCIPY_UFUNCS is None:
+        special = sys.modules.get("scipy.special")
+        if special is None:
+            return {}
+        tj = _tj()
+        _SCIPY_UFUNCS = {
+            special.gammaln: tj.special.gammaln,
+            special.psi: tj.special.digamma,   # scipy.special.digamma is psi
+            special.erf: tj.special.erf,
+            special.erfc: tj.special.erfc,
+            special.erfinv: tj.special.erfinv,
+            special.expit: tj.special.expit,
+            special.logit: tj.special.logit,
+            special.ndtr: tj.special.ndtr,
+            special.exp2: tj.special.exp2,
+            special.expm1: tj.special.expm1,
+            special.log1p: tj.special.log1p,
+            special.xlogy: tj.special.xlogy,
+            special.xlog1py: tj.special.xlog1py,
+        }
+    return _SCIPY_UFUNCS
+
+
+_SCIPY_UFUNCS = None
+
+
+def _ufunc_name(ufunc):
+    """``numpy.arcsin``, or SciPy's name for a SciPy ufunc (``scipy.special.gammaln``)."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return f"numpy.{name}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, name, None) is ufunc:
+        return f"scipy.special.{name}"
+    return f"numpy.{name}"
+
+
 for _u in (*_UNARY_FLOAT, np.rint):
     if _u.__name__ not in ("negative", "positive", "absolute", "square", "reciprocal", "sign", "isnan",
                            "isinf", "isfinite", "logical_not", "conjugate"):
@@ -1016,9 +1102,9 @@ def _unary(ufunc, x):
         t = _cast(t, _F64)
     if ufunc is np.sign:
         return _wrap(t.sign())
-    fn = _UNARY_FLOAT.get(ufunc)
+    fn = _UNARY_FLOAT.get(ufunc) or _scipy_ufuncs().get(ufunc)
     if fn is None:
-        raise _interop._unsupported(f"numpy.{ufunc.__name__}")
+        raise _interop._unsupported(_ufunc_name(ufunc))
     return _wrap(fn(t))
 
 
@@ -1047,7 +1133,7 @@ def _inplace(x, ufunc, other):
 
 
 def _array_ufunc(ufunc, method, inputs, kwargs):
-    name = f"numpy.{ufunc.__name__}"
+    name = _ufunc_name(ufunc)
     out = kwargs.pop("out", None)
     if out is not None and out is not Ellipsis:
         raise _interop._unsupported(f"{name} with out=", " (in-place output)")
@@ -1165,10 +1251,25 @@ def _by_positions(numpy_fn, x, *args, **kwargs):
     ``np.tril``) are zeros: positions are shifted by one so that 0 means "a zero"."""
     t = _tensor_of(x)
     grid = _positions(t) + 1
+    # index arguments computed from traced values (np.argsort(x) for take_along_axis) are
+    # integers: their values, else NumPy would hand the call back to NumPy mode
+    args = [_index_argument(numpy_fn, a) for a in args]
+    kwargs = {k: _index_argument(numpy_fn, v) for k, v in kwargs.items()}
     pos = numpy_fn(grid, *args, **kwargs)
     if isinstance(pos, (list, tuple)):
         return type(pos)(_gather_positions(t, np.asarray(p)) for p in pos)
     return _gather_positions(t, np.asarray(pos))
+
+
+def _index_argument(numpy_fn, value):
+    if isinstance(value, (list, tuple)) and any(type(v) is TracedArray for v in value):
+        return type(value)(_index_argument(numpy_fn, v) for v in value)
+    if type(value) is not TracedArray:
+        return value
+    t = value._t
+    if t._dtype.is_floating_point:
+        raise _read_error(f"numpy.{numpy_fn.__name__} with a float traced array as its index argument")
+    return np.array(t._value())
 
 
 def _gather_positions(t, pos):
@@ -1622,12 +1723,80 @@ def _np_partition(a, kth, axis=-1, kind="introselect", order=None):
     return _gather_positions(t, np.take_along_axis(_positions(t), order_, axis) + 1)
 
 
+@implements(np.gradient)
+def _np_gradient(f, *varargs, axis=None, edge_order=1):
+    """NumPy's central differences (one-sided at the edges), linear in ``f``: each output
+    element is ``sum_r c_r[i] * f[j_r(i)]`` over a window of three neighbours (two for a
+    length-2 axis).  The window's members have distinct residues mod 3, so NumPy's own
+    ``np.gradient`` of the three comb signals ``(j % 3 == r)`` gives the coefficients
+    exactly, for any spacing NumPy accepts.  Spacings are constants (traced ones refused)."""
+    t = _tensor_of(f)
+    if not t._dtype.is_floating_point:
+        t = _cast(t, _F64)   # NumPy's gradient of integers is float64
+    ndim = len(t._shape)
+    axes = tuple(range(ndim)) if axis is None else _normalize_axes(axis, ndim)
+    if any(type(v) is TracedArray for v in varargs):
+        raise _read_error("numpy.gradient with traced spacings")
+    if len(varargs) == 0:
+        spacings = [()] * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        spacings = [varargs] * len(axes)
+    elif len(varargs) == len(axes):
+        spacings = [(v,) for v in varargs]
+    else:
+        raise TypeError("invalid number of arguments")
+    results = []
+    for ax, spacing in zip(axes, spacings):
+        n = t._shape[ax]
+        if n < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, at least "
+                             "(edge_order + 1) elements are required.")
+        rows = np.arange(n)
+        width = min(n, 3)
+        start = np.clip(rows - 1, 0, n - width)
+        view = [1] * ndim
+        view[ax] = n
+        total = None
+        for r in range(width):
+            comb = (np.arange(n) % width == r).astype(np.float64)
+            coeff = np.gradient(comb, *spacing, edge_order=edge_order)
+            member = start + (r - start) % width     # the window's member with residue r
+            term = _take_axis(t, member, ax) * _concrete(coeff.reshape(view).astype(_NP_OF[t._dtype]))
+            total = term if total is None else total + term
+        results.append(_wrap(total))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _normalize_axes(axis, ndim):
+    axes = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    return tuple(int(a) % ndim if -ndim <= a < ndim else _axis_error(a, ndim) for a in axes)
+
+
+def _axis_error(a, ndim):
+    raise np.exceptions.AxisError(a, ndim)
+
+
+def _take_axis(t, index, axis):
+    from tapejit.ops.indexing import index_select
+    return index_select(t, axis, _concrete(np.ascontiguousarray(index, np.int64)))
+
+
 @implements(np.pad)
 def _np_pad(array, pad_width, mode="constant", **kwargs):
-    if mode != "constant" or np.any(np.asarray(kwargs.get("constant_values", 0)) != 0):
-        raise _interop._unsupported(f"numpy.pad with mode={mode!r}" + (" and nonzero constant_values"
-                                                                      if mode == "constant" else ""))
-    return _by_positions(np.pad, array, pad_width, mode="constant")
+    """The modes that only move elements (``reflect``/``symmetric`` with the default even
+    reflection, ``edge``, ``wrap``) by positions; ``constant`` adds the fill values, which
+    NumPy itself lays out (corners included) on an array of zeros."""
+    if mode in ("reflect", "symmetric", "edge", "wrap") and kwargs.get("reflect_type", "even") == "even":
+        return _by_positions(np.pad, array, pad_width, mode=mode)
+    if mode != "constant" or set(kwargs) - {"constant_values"}:
+        detail = f" reflect_type={kwargs['reflect_type']!r}" if "reflect_type" in kwargs else ""
+        raise _interop._unsupported(f"numpy.pad with mode={mode!r}{detail}")
+    padded = _by_positions(np.pad, array, pad_width, mode="constant")
+    values = kwargs.get("constant_values", 0)
+    if np.all(np.asarray(values) == 0):
+        return padded
+    fill = np.pad(np.zeros(np.shape(array), padded.dtype), pad_width, mode="constant", constant_values=values)
+    return padded + fill
 
 
 @implements(np.trace)
@@ -1723,10 +1892,11 @@ def _tensordot(a, b, axes=2):
 
 @implements(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
+    # torch.linalg.norm has NumPy's rules (vector or matrix by axis and ndim, the same ords).
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         t = _cast(t, _F64)
-    return _out(_interop._norm(t, ord, axis, keepdims))
+    return _wrap(_tj().linalg.norm(t, ord, axis, bool(keepdims)))
 
 
 @implements(np.where)
@@ -1943,14 +2113,7 @@ def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         return _wrap(t)
-    v = t._value()
-    info = np.finfo(_NP_OF[t._dtype])
-    fixed = np.nan_to_num(v, nan=nan, posinf=posinf if posinf is not None else info.max,
-                          neginf=neginf if neginf is not None else info.min)
-    bad = ~np.isfinite(v)
-    if not bad.any():
-        return _wrap(t)
-    return _wrap(_tj().where(_concrete(bad), _concrete(fixed.astype(_NP_OF[t._dtype])), t))
+    return _wrap(_tj().nan_to_num(t, nan, posinf, neginf))   # the registry's op: no value read
 
 
 @implements(np.sinc)
@@ -1958,11 +2121,7 @@ def _sinc(x):
     t = _tensor_of(x)
     if not t._dtype.is_floating_point:
         t = _cast(t, _F64)
-    v = t._value()
-    zero = _concrete(v == 0)
-    px = t * float(np.pi)
-    safe = _tj().where(zero, _concrete(np.ones_like(v)), px)
-    return _wrap(_tj().where(zero, _concrete(np.ones_like(v)), safe.sin() / safe))
+    return _wrap(_tj().sinc(t))
 
 
 @implements(np.kron)
@@ -1991,4 +2150,485 @@ def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     return _np_moveaxis(_stack(c, axis=-1), -1, axisc)
 
 
+@implements(np.einsum)
+def _einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    if out is not None:
+        raise _interop._unsupported("numpy.einsum with out=")
+    if not operands:
+        raise ValueError("No input operands")
+    if not isinstance(operands[0], str):   # sublist form: einsum(a, [0, 1], b, [1, 2], [0, 2])
+        operands = _einsum_sublists(operands)
+    equation, parts = operands[0], _operands(*operands[1:])
+    if dtype is not None:
+        parts = [_tensor_of(_astype(_wrap(p), dtype, False)) for p in parts]
+    return _wrap(_tj().einsum(equation.replace(" ", ""), *parts))
+
+
+def _einsum_sublists(operands):
+    """``(equation, *arrays)`` of einsum's sublist form, with NumPy's letters for the axis
+    numbers (0-25 are a-z, 26-51 are A-Z)."""
+    def letters(sublist):
+        out = []
+        for axis in sublist:
+            if axis is Ellipsis:
+                out.append("...")
+            elif isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and 0 <= axis < 52:
+                out.append(chr(ord("a") + axis) if axis < 26 else chr(ord("A") + axis - 26))
+            else:
+                raise ValueError("subscript is not within the valid range [0, 52)")
+        return "".join(out)
+
+    arrays, sublists = list(operands[0::2]), list(operands[1::2])
+    output = None
+    if len(operands) % 2:   # a trailing sublist names the output axes
+        output = arrays.pop()
+    equation = ",".join(letters(sub) for sub in sublists)
+    if output is not None:
+        equation += "->" + letters(output)
+    return (equation, *arrays)
+
+
+# ---- np.linalg: the registry's decompositions (tapejit/linalg.py), NumPy's signatures ----------
+
+def _linalg_operand(a, name):
+    t = _tensor_of(a)
+    if not t._dtype.is_floating_point:
+        t = _cast(t, _F64)   # NumPy's linalg computes integers in float64
+    if len(t._shape) < 2:
+        raise np.linalg.LinAlgError(f"{len(t._shape)}-dimensional array given. Array must be at least "
+                                    f"two-dimensional")
+    return t
+
+
+def _linalg_result(kind, *parts):
+    """NumPy's named result (``SVDResult``, ``EighResult``, ``SlogdetResult``) of traced arrays."""
+    cls = getattr(getattr(np.linalg, "_linalg", None), kind, None)
+    parts = [_wrap(p) for p in parts]
+    return cls(*parts) if cls is not None else tuple(parts)
+
+
+@implements(np.linalg.svd)
+def _np_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    t = _linalg_operand(a, "svd")
+    if hermitian:
+        raise _interop._unsupported("numpy.linalg.svd with hermitian=True", " (use numpy.linalg.eigh)")
+    if not compute_uv:
+        return _wrap(_tj().linalg.svdvals(t))
+    m, n = t._shape[-2:]
+    if full_matrices and m != n:
+        # The columns of U (rows of Vh) past min(m, n) are any orthonormal completion: no
+        # derivative exists (torch ignores their gradient, which would be silently wrong here).
+        raise TypeError(
+            f"tapejit: numpy.linalg.svd with full_matrices=True (NumPy's default) of a {m}x{n} matrix "
+            f"cannot be differentiated: the {max(m, n) - min(m, n)} extra singular vectors are not "
+            f"unique. Pass full_matrices=False (or compute_uv=False for the singular values only)")
+    U, S, Vh = _tj().linalg.svd(t, full_matrices=False)
+    return _linalg_result("SVDResult", U, S, Vh)
+
+
+def _symmetric_from(t, UPLO):
+    """The symmetric matrix NumPy's ``eigh``/``cholesky`` read from ``t``'s ``UPLO``
+    triangle, as one gather: the other triangle gets no gradient, and each element of the
+    read one gets the gradient of both places it fills (torch's gradient, symmetric, is the
+    derivative for symmetric input only)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    n = t._shape[-1]
+    if t._shape[-2] != n:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    grid = _positions(t)
+    read = np.tri(n, dtype=bool) if UPLO == "L" else np.tri(n, dtype=bool).T
+    return _take(t, np.where(read, grid, np.swapaxes(grid, -1, -2)))
+
+
+@implements(np.linalg.eigh)
+def _np_eigh(a, UPLO="L"):
+    L, Q = _tj().linalg.eigh(_symmetric_from(_linalg_operand(a, "eigh"), UPLO), UPLO)
+    return _linalg_result("EighResult", L, Q)
+
+
+@implements(np.linalg.eigvalsh)
+def _np_eigvalsh(a, UPLO="L"):
+    return _wrap(_tj().linalg.eigvalsh(_symmetric_from(_linalg_operand(a, "eigvalsh"), UPLO), UPLO))
+
+
+@implements(np.linalg.det)
+def _np_det(a):
+    return _wrap(_tj().linalg.det(_linalg_operand(a, "det")))
+
+
+@implements(np.linalg.slogdet)
+def _np_slogdet(a):
+    sign, logabsdet = _tj().linalg.slogdet(_linalg_operand(a, "slogdet"))
+    return _linalg_result("SlogdetResult", sign, logabsdet)
+
+
+@implements(np.linalg.inv)
+def _np_inv(a):
+    return _wrap(_tj().linalg.inv(_linalg_operand(a, "inv")))
+
+
+@implements(np.linalg.cholesky)
+def _np_cholesky(a, /, *, upper=False):
+    t = _symmetric_from(_linalg_operand(a, "cholesky"), "U" if upper else "L")
+    return _wrap(_tj().linalg.cholesky(t, upper=upper))
+
+
+@implements(np.linalg.solve)
+def _np_solve(a, b):
+    A, B = _promoted([_linalg_operand(a, "solve"), _tensor_of(b)])
+    n = A._shape[-1]
+    if len(B._shape) == 1:
+        # NumPy 2: b is one vector only when it is 1-D (torch also reads a batch of vectors).
+        if B._shape[0] != n:
+            raise ValueError(f"solve1: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                             f"signature (m,m),(m)->(m) (size {B._shape[0]} is different from {n})")
+        x = _tj().linalg.solve(A, B.reshape(n, 1))
+        return _wrap(x.reshape(*x._shape[:-1]))
+    if B._shape[-2] != n:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                         f"signature (m,m),(m,n)->(m,n) (size {B._shape[-2]} is different from {n})")
+    if len(B._shape) < len(A._shape):   # a matrix broadcast over A's batch, never torch's vectors
+        B = B.reshape(*(1,) * (len(A._shape) - len(B._shape)), *B._shape)
+    return _wrap(_tj().linalg.solve(A, B))
+
+
+@implements(np.linalg.pinv)
+def _np_pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
+    """Of a full-rank matrix, the pseudo-inverse is ``solve(A^T A, A^T)`` (or its transpose
+    form for wide matrices), smooth there: that formula records the gradient, and a constant
+    correction gives exactly NumPy's (SVD-based) value.  At lower rank the pseudo-inverse
+    jumps under any perturbation that raises the rank: no derivative, refused."""
+    t = _linalg_operand(a, "pinv")
+    if hermitian:   # NumPy reads the lower triangle (eigh)
+        t = _symmetric_from(t, "L")
+    kwargs = {"rcond": rcond, "hermitian": hermitian}
+    if rtol is not _NO_VALUE:
+        kwargs["rtol"] = rtol
+    value = np.array(t._value())
+    expected = np.linalg.pinv(value, **kwargs)
+    m, n = t._shape[-2:]
+    # NumPy's cut: singular values at most rcond (or rtol, default max(m, n) * eps) times
+    # the largest are dropped.
+    cut = rcond if rcond is not None else rtol if rtol is not _NO_VALUE and rtol is not None \
+        else max(m, n) * np.finfo(value.dtype).eps
+    sv = np.abs(np.linalg.eigvalsh(value)) if hermitian else np.linalg.svd(value, compute_uv=False)
+    kept = sv > np.asarray(cut)[..., None] * sv.max(axis=-1, keepdims=True)
+    if not kept.all():
+        raise TypeError(
+            f"tapejit: numpy.linalg.pinv of a rank-deficient {m}x{n} matrix (rank {kept.sum(-1).min()} "
+            f"after NumPy's rcond cut) cannot be differentiated: the pseudo-inverse jumps under "
+            f"perturbations that raise the rank")
+    tj = _tj()
+    tt = t.transpose(-1, -2)
+    if m >= n:
+        r = tj.linalg.solve(tt @ t, tt)
+    else:
+        r = tj.linalg.solve(t @ tt, t).transpose(-1, -2)
+    rest = expected.astype(_NP_OF[t._dtype]) - np.array(r._value())
+    return _wrap(r + _concrete(rest) if np.any(rest != 0) else r)
+
+
+@implements(np.linalg.lstsq)
+def _np_lstsq(a, b, rcond=None):
+    """NumPy's ``(x, residuals, rank, s)``.  Of a full-rank ``a`` the least-squares (or, for a
+    wide ``a``, minimum-norm) solution is smooth: ``solve(A^T A, A^T b)`` or
+    ``A^T solve(A A^T, b)`` records its gradient and a constant correction gives exactly
+    NumPy's value.  At lower rank the solution jumps under perturbations that raise the
+    rank (as ``pinv``'s): refused."""
+    t = _linalg_operand(a, "lstsq")
+    rhs = _tensor_of(b)
+    if len(t._shape) != 2:
+        raise np.linalg.LinAlgError(f"{len(t._shape)}-dimensional array given. Array must be two-dimensional")
+    common = np.result_type(_NP_OF[t._dtype], _NP_OF[rhs._dtype] if rhs._dtype.is_floating_point else _F64)
+    t, rhs = _cast(t, common), _cast(rhs if rhs._dtype.is_floating_point else _cast(rhs, _F64), common)
+    m, n = t._shape
+    vector = len(rhs._shape) == 1
+    if len(rhs._shape) not in (1, 2) or rhs._shape[0] != m:
+        np.linalg.lstsq(np.zeros((m, n)), np.zeros(rhs._shape))   # NumPy's own error for the shapes
+    expected = np.linalg.lstsq(np.array(t._value()), np.array(rhs._value()), rcond=rcond)
+    rank = expected[2]
+    if rank < min(m, n):
+        raise TypeError(
+            f"tapejit: numpy.linalg.lstsq of a rank-deficient {m}x{n} matrix (rank {rank}) cannot be "
+            f"differentiated: the solution jumps under perturbations that raise the rank")
+    tj = _tj()
+    cols = rhs.unsqueeze(-1) if vector else rhs
+    tt = t.transpose(0, 1)
+    x = tj.linalg.solve(tt @ t, tt @ cols) if m >= n else tt @ tj.linalg.solve(t @ tt, cols)
+    if vector:
+        x = x.squeeze(-1)
+    x = _corrected(x, expected[0])
+    if m > n:
+        diff = rhs - (t @ x)
+        residuals = (diff * diff).sum(0)
+        residuals = _corrected(residuals.reshape(1) if vector else residuals, expected[1])
+    else:
+        residuals = _concrete(np.asarray(expected[1], common))
+    return _wrap(x), _wrap(residuals), rank, _wrap(_corrected(tj.linalg.svdvals(t), expected[3]))
+
+
+def _corrected(r, value):
+    """``r`` (its gradient) with NumPy's ``value`` exactly."""
+    rest = np.asarray(value).astype(_NP_OF[r._dtype]) - np.array(r._value())
+    return r + _concrete(rest) if np.any(rest != 0) else r
+
+
+def _refuse_complex(name):
+    def refuse(*args, **kwargs):
+        raise TypeError(f"tapejit: {name} is not supported inside tj.grad/tj.value_and_grad (NumPy mode): the "
+                        f"eigenvalues of a general real matrix are complex, and NumPy mode has no complex "
+                        f"numbers. For a symmetric matrix use numpy.linalg.eigh or eigvalsh")
+    refuse.refused = True   # not one of supported_functions()
+    return refuse
+
+
+implements(np.linalg.eig)(_refuse_complex("numpy.linalg.eig"))
+implements(np.linalg.eigvals)(_refuse_complex("numpy.linalg.eigvals"))
+
 del _fn, _handler
+
+
+def supported_functions():
+    """The public names of the NumPy and SciPy functions NumPy mode computes on traced
+    arrays (``numpy.sum``, ``numpy.linalg.svd``, ``numpy.sin``, ``scipy.special.logsumexp``,
+    ``scipy.stats.norm.logpdf``, ...), sorted: the function table, the ufuncs (integer and
+    boolean ones give values, no gradient), SciPy's ufuncs and the SciPy functions NumPy mode
+    intercepts.  Any other function given a traced array raises a TypeError naming it."""
+    names = set()
+    for func, handler in _FUNCTIONS.items():
+        if getattr(handler, "refused", False):
+            continue
+        module = getattr(func, "__module__", None) or "numpy"
+        names.add(f"numpy.linalg.{func.__name__}" if module == "numpy.linalg" else f"numpy.{func.__name__}")
+    ufuncs = [*_FLOAT_OPS, *_BINARY_FLOAT, *_UNARY_FLOAT, *_STEP, *_VALUE_ONLY, *_COMPARE,
+              np.remainder, np.fmod, np.floor_divide, np.divmod, np.sign]
+    try:
+        import scipy.special   # noqa: F401  (only to list its ufuncs)
+    except ImportError:
+        pass
+    else:
+        ufuncs += list(_scipy_ufuncs())
+        names.update(SCIPY_FUNCTIONS, SCIPY_METHODS)
+        names.add("scipy.special.digamma")   # SciPy's other name of psi
+    names.update(_ufunc_name(u) for u in ufuncs)
+    return sorted(names)
+
+
+# ---- SciPy's Python-level functions ----------------------------------------------------------
+#
+# scipy.special.logsumexp/softmax/log_softmax and scipy.stats.norm's methods are Python code
+# that converts its arguments with np.asarray, which no NumPy protocol lets tapejit see, and
+# SciPy's own hook for other array types (``__array_namespace__``) only works with the
+# environment variable SCIPY_ARRAY_API=1 set before SciPy is imported (SciPy 1.17).  So NumPy
+# mode intercepts these named functions, and only for traced arguments: SciPy's function
+# object hands a call with a traced array to the implementation below (NumPy mode's own ops,
+# SciPy's formulas) and every other call to SciPy's original code.  The function object itself
+# is changed, not the module attribute, so ``from scipy.special import logsumexp`` done before
+# tapejit saw SciPy dispatches too.  A SciPy function not listed keeps raising a TypeError with
+# SciPy's name (``_read_error``).
+
+
+def _as_traced_operand(x):
+    """An array argument of a SciPy function: traced arrays (and lists holding them) as one
+    traced array, anything else as a NumPy array."""
+    if type(x) is TracedArray:
+        return x
+    if _contains_traced(x):
+        return _wrap(_tensor_of(x))
+    return np.asarray(x)
+
+
+def _floating(x):
+    """SciPy's ``force_floating``: integer and boolean arrays compute in float64."""
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _float64(x):
+    """scipy.stats computes in float64 whatever the input's float type."""
+    return x if x.dtype == _F64 else x.astype(np.float64)
+
+
+def _finite_or_zero(m):
+    """``m`` where finite, else 0 (the shift of a log-sum-exp; a registry op, no value read)."""
+    return np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _reduced_axes(axis, ndim):
+    return tuple(range(ndim)) if axis is None else axis
+
+
+def _scipy_logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``scipy.special.logsumexp`` on traced arrays: ``log(sum(b * exp(a)))`` shifted by the
+    finite maximum; a weight of 0 ignores its element (even an infinite or NaN one), a
+    negative sum gives NaN unless ``return_sign``, as SciPy's."""
+    a = _floating(_as_traced_operand(a))
+    if b is not None:
+        b = _as_traced_operand(b)
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+        if type(b) is TracedArray or np.any(b == 0):
+            a = np.where(b == 0, -np.inf, a)
+    a = np.atleast_1d(a)
+    if b is not None:
+        b = np.atleast_1d(b)
+    axis = _reduced_axes(axis, a.ndim)
+    if a.size == 0:
+        shape = list(a.shape)
+        for ax in (axis if isinstance(axis, tuple) else (axis,)):
+            shape[ax] = 1
+        out = _constant(np.full(shape, -np.inf, a.dtype))
+        sign = _constant(np.full(shape, -1.0, a.dtype))   # SciPy's sign(-inf)
+    else:
+        shift = _finite_or_zero(np.max(a, axis=axis, keepdims=True))
+        terms = np.exp(a - shift) if b is None else b * np.exp(a - shift)
+        total = np.sum(terms, axis=axis, keepdims=True)
+        if return_sign:
+            out = np.log(np.abs(total)) + shift
+            sign = np.sign(total)
+        else:   # a negative weighted sum: log gives NaN, as SciPy's result
+            out = np.log(total) + shift
+    if not keepdims:
+        out = np.squeeze(out, axis=axis)
+        if return_sign:
+            sign = np.squeeze(sign, axis=axis)
+    return (out, sign) if return_sign else out
+
+
+def _scipy_softmax(x, axis=None):
+    """``scipy.special.softmax`` on traced arrays: SciPy's formula."""
+    x = _as_traced_operand(x)
+    shifted = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return shifted / np.sum(shifted, axis=axis, keepdims=True)
+
+
+def _scipy_log_softmax(x, axis=None):
+    """``scipy.special.log_softmax`` on traced arrays: SciPy's formula (an infinite maximum
+    shifts by 0)."""
+    x = _as_traced_operand(x)
+    shifted = x - _finite_or_zero(np.max(x, axis=axis, keepdims=True))
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+_LOG_SQRT_2PI = float(0.5 * np.log(2.0 * np.pi))
+
+
+def _norm_operands(x, loc, scale):
+    return (_float64(_floating(_as_traced_operand(x))), _float64(_floating(_as_traced_operand(loc))),
+            _float64(_floating(_as_traced_operand(scale))))
+
+
+def _invalid_scale_is_nan(value, scale):
+    """scipy.stats' ``scale <= 0`` gives NaN."""
+    bad = scale <= 0
+    if type(bad) is not TracedArray and not np.any(bad):
+        return value
+    return np.where(bad, np.nan, value)
+
+
+def _norm_logpdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.logpdf`` on traced arrays (float64, as SciPy's)."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    z = (x - loc) / scale
+    return _invalid_scale_is_nan(-z ** 2 / 2.0 - _LOG_SQRT_2PI - np.log(scale), scale)
+
+
+def _norm_pdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.pdf`` on traced arrays."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    z = (x - loc) / scale
+    return _invalid_scale_is_nan(np.exp(-z ** 2 / 2.0 - _LOG_SQRT_2PI) / scale, scale)
+
+
+def _norm_cdf(self, x, loc=0, scale=1):
+    """``scipy.stats.norm.cdf`` on traced arrays: ``ndtr`` of the standardized value."""
+    x, loc, scale = _norm_operands(x, loc, scale)
+    return _invalid_scale_is_nan(_wrap(_tj().special.ndtr(_tensor_of((x - loc) / scale))), scale)
+
+
+#: SciPy's name -> (module, attribute, NumPy mode's implementation, array parameters)
+SCIPY_FUNCTIONS = {
+    "scipy.special.logsumexp": ("scipy.special", "logsumexp", _scipy_logsumexp, ("a", "b")),
+    "scipy.special.softmax": ("scipy.special", "softmax", _scipy_softmax, ("x",)),
+    "scipy.special.log_softmax": ("scipy.special", "log_softmax", _scipy_log_softmax, ("x",)),
+}
+#: SciPy's name -> (module, distribution, method, NumPy mode's implementation)
+SCIPY_METHODS = {
+    "scipy.stats.norm.logpdf": ("scipy.stats", "norm", "logpdf", _norm_logpdf),
+    "scipy.stats.norm.pdf": ("scipy.stats", "norm", "pdf", _norm_pdf),
+    "scipy.stats.norm.cdf": ("scipy.stats", "norm", "cdf", _norm_cdf),
+}
+_SCIPY_SHORT_NAMES = [name[len("scipy."):] for name in (*SCIPY_FUNCTIONS, *SCIPY_METHODS)]
+_scipy_waiting = {"scipy.special", "scipy.stats"}   # SciPy modules whose functions are not intercepted yet
+
+
+def intercept_scipy():
+    """Intercept the SciPy functions above for traced arguments, for each SciPy module
+    imported by now (called by every differentiation entry; free once both are done)."""
+    for module in tuple(_scipy_waiting):
+        if module in sys.modules:
+            _scipy_waiting.discard(module)
+            for name, (mod, attr, impl, arrays) in SCIPY_FUNCTIONS.items():
+                if mod == module:
+                    _intercept_function(getattr(sys.modules[mod], attr, None), impl, arrays)
+            for name, (mod, dist, method, impl) in SCIPY_METHODS.items():
+                if mod == module:
+                    _intercept_method(type(getattr(sys.modules[mod], dist, None)), method, impl)
+
+
+def _intercept_function(f, impl, arrays):
+    """Make SciPy's function object ``f`` hand a call with a traced array among the
+    parameters ``arrays`` to ``impl``.  ``f``'s code becomes a two-line trampoline with ``f``'s
+    own parameters (``inspect.signature``, defaults and docs unchanged) that calls the
+    dispatcher kept on ``f``; SciPy's code runs, unchanged, as a copy of the function.  A
+    function of another shape (a closure, keyword-only parameters, a name its module does
+    not bind to it) is left alone: it keeps raising the TypeError with its name."""
+    if not isinstance(f, types.FunctionType) or hasattr(f, "_tapejit_numpy_mode") or f.__closure__:
+        return
+    if f.__globals__.get(f.__name__) is not f:
+        return   # the trampoline finds f through its module's global name
+    params = list(inspect.signature(f).parameters.values())
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return
+    names = [p.name for p in params]
+    if not set(arrays) <= set(names):
+        return
+    original = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__)
+    positions = tuple(names.index(a) for a in arrays)
+
+    def dispatch(*args):
+        for i in positions:
+            if _contains_traced(args[i]):   # a traced array, or a list/object array holding one
+                return impl(*args)
+        return original(*args)
+
+    listed = ", ".join(names)
+    source = f"def {f.__name__}({listed}):\n    return {f.__name__}._tapejit_numpy_mode({listed})\n"
+    namespace = {}
+    exec(compile(source, f"<tapejit NumPy mode: {f.__module__}.{f.__name__}>", "exec"), namespace)
+    f._tapejit_numpy_mode = dispatch
+    f.__code__ = namespace[f.__name__].__code__
+
+
+def _intercept_method(cls, method, impl):
+    """Give the distribution class ``cls`` (``norm_gen``) its own ``method`` that hands a call
+    with a traced argument to ``impl`` and every other one to the inherited SciPy method, so
+    ``scipy.stats.norm`` (and a frozen ``norm(loc, scale)``) dispatch however they were
+    imported.  A method the class defines itself is left alone."""
+    if cls is type(None) or method in cls.__dict__ or not callable(getattr(cls, method, None)):
+        return
+    inherited = getattr(cls, method)
+
+    @functools.wraps(inherited)
+    def dispatching(self, x, *args, **kwds):
+        if (type(x) is TracedArray or _contains_traced(x) or args and _contains_traced(args)
+                or kwds and _contains_traced(tuple(kwds.values()))):
+            return impl(self, x, *args, **kwds)
+        return inherited(self, x, *args, **kwds)
+
+    dispatching._tapejit_numpy_mode = impl
+    setattr(cls, method, dispatching)
+
+
+# np.inner, hstack, vstack and cumsum of tensors have NumPy's semantics: these implementations
+_interop.provide(_inner=_inner, _hstack=_hstack, _vstack=_vstack, _np_cumsum=_np_cumsum, to_tensor=to_tensor)

@@ -8,6 +8,8 @@ def _format_values(arr):
     if arr.dtype == np.bool_:
         body = np.array2string(arr, separator=", ")
     elif arr.dtype.kind == "f":
+        if arr.dtype == np.float16:   # formatted as float32 (exact), NumPy would warn comparing with 1e8
+            arr = arr.astype(np.float32)
         finite = arr[np.isfinite(arr)]
         use_sci = finite.size and (np.abs(finite).max() >= 1e8 or
                                    (np.abs(finite[finite != 0]).min() < 1e-4 if (finite != 0).any() else False))
@@ -30,11 +32,10 @@ def _format_values(arr):
 def tensor_repr(t):
     arr = t._value()
     extras = []
-    if t._dtype is dtypes.float64:
-        extras.append("dtype=tapejit.float64")
-    elif t._dtype is dtypes.int64 and arr.size == 0:
-        extras.append("dtype=tapejit.int64")
-    if arr.size == 0:
+    dt = t._dtype
+    if dt is not dtypes.float32 and dt is not dtypes.bool_ and (dt is not dtypes.int64 or arr.size == 0):
+        extras.append(f"dtype=tapejit.{dt.name}")   # torch names every dtype but its defaults
+    if arr.size == 0 and arr.shape != (0,):   # torch: tensor([]) for 1-D, tensor([], size=(2, 0)) else
         extras.insert(0, f"size={tuple(arr.shape)}")
     if t._rg:
         if t._tape is not None:
@@ -49,5 +50,4 @@ def tensor_repr(t):
 
 def type_name(t):
     """PyTorch's legacy type name, as used in its error messages."""
-    names = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor", "bool": "BoolTensor"}
-    return f"torch.{names[t._dtype.name]}"
+    return f"torch.{dtypes.SCALAR_TYPE_NAMES[t._dtype.name]}Tensor"

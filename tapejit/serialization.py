@@ -50,7 +50,7 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.device import device
 from tapejit.nn.parameter import Parameter
-from tapejit.tensor import Size, _concrete
+from tapejit.tensor import Size, _concrete, provide as _provide_to_tensor
 
 __all__ = ["add_safe_globals", "get_safe_globals", "load", "save"]
 
@@ -69,7 +69,10 @@ _ARRAY_DTYPES = frozenset({
     "|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8",
     "<f2", "<f4", "<f8", "<c8", "<c16",
 })
-_TENSOR_DTYPES = frozenset({"<f4", "<f8", "<i8", "|b1"})   # tapejit's float32 ... bool
+# tapejit's tensor dtypes: float32, float64, float16, int64 ... uint8, bool; bfloat16, which
+# NumPy lacks, is a record of its own kind holding float32 bytes of bfloat16 values.
+_BFLOAT16 = "bfloat16"
+_TENSOR_DTYPES = frozenset({"<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1", _BFLOAT16})
 _MAX_NDIM = 64   # NumPy 2's limit
 
 
@@ -128,13 +131,19 @@ def _checked_requires_grad(requires_grad, kind):
     return requires_grad
 
 
+def _tensor_array_from_record(kind, shape, data):
+    if kind == _BFLOAT16:   # rounded again: a file's bytes are not trusted to hold bfloat16 values
+        return dtypes.round_bfloat16(_array_from_record("<f4", shape, data, _TENSOR_DTYPES))
+    return _array_from_record(kind, shape, data, _TENSOR_DTYPES)
+
+
 def _tensor_from_record(kind, shape, data, requires_grad):
-    array = _array_from_record(kind, shape, data, _TENSOR_DTYPES)
+    array = _tensor_array_from_record(kind, shape, data)
     return _concrete(array, _checked_requires_grad(requires_grad, kind))
 
 
 def _parameter_from_record(kind, shape, data, requires_grad):
-    array = _array_from_record(kind, shape, data, _TENSOR_DTYPES)
+    array = _tensor_array_from_record(kind, shape, data)
     return Parameter(_concrete(array), _checked_requires_grad(requires_grad, kind))
 
 
@@ -156,7 +165,10 @@ def reduce_tensor(tensor):
     """``Tensor.__reduce__`` and ``Parameter.__reduce__``: the value as a record, with
     ``requires_grad`` (not ``.grad``, as torch)."""
     rebuild = _parameter_from_record if isinstance(tensor, Parameter) else _tensor_from_record
-    return rebuild, (*_array_record(np.asarray(tensor._value())), tensor._rg)
+    value = np.asarray(tensor._value())
+    if tensor._dtype is dtypes.bfloat16:
+        return rebuild, (_BFLOAT16, tuple(value.shape), value.astype("<f4").tobytes(), tensor._rg)
+    return rebuild, (*_array_record(value), tensor._rg)
 
 
 class _RecordPickler(pickle.Pickler):
@@ -661,3 +673,6 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
         if weights_only:
             return _WeightsOnlyUnpickler(file, **pickle_load_args).load()
         return (pickle_module or pickle).Unpickler(file, **pickle_load_args).load()
+
+
+_provide_to_tensor(reduce_tensor=reduce_tensor)

@@ -68,6 +68,19 @@ class _ThreadState(threading.local):
 state = _ThreadState()
 
 
+class _Above:
+    """What tapes call in inplace.py (above this module): handed over at import (``provide``)."""
+    __slots__ = ("release_views",)
+
+
+above = _Above()
+
+
+def provide(**functions):
+    for name, function in functions.items():
+        setattr(above, name, function)
+
+
 class _ProcessModes:
     """Modes that hold for every thread, as torch's: anomaly detection is process-wide
     (``torch.autograd.detect_anomaly`` in one thread makes every thread's backward check)."""
@@ -80,13 +93,13 @@ _serial = [0]
 _process = {"sweeps": None}
 
 
-def sweeps(mask=0):
+def sweeps():
     """The compiled sweeps' entry points and their tables of compiled op sweeps
-    (``sw.table(d)``).  Nothing is loaded ahead for the op groups ``mask`` a tape uses: each
-    op's code is loaded or compiled, per arena dtype, when a sweep first meets the op."""
+    (``sw.table(d)``).  Nothing is loaded ahead: each op's code is loaded or compiled, per
+    arena dtype, when a sweep first meets the op."""
     found = _process["sweeps"]
     if found is None:
-        from tapejit.codegen import Sweeps
+        from tapejit.codegen import Sweeps     # ~4 ms of start-up: at the first sweep
         found = _process["sweeps"] = Sweeps(_ARENA_DTYPES)
     return found
 
@@ -94,8 +107,8 @@ def sweeps(mask=0):
 class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
-                 "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
-                 "tracing", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
+                 "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers",
+                 "tracing", "trace", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
                  "__weakref__")
 
     def __init__(self):
@@ -135,8 +148,8 @@ class Tape:
         self.functions = None   # [(first output load record, ctx)] of custom Functions
         self.poisoned = None
         self._producers = None
-        self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
+        self.trace = None       # ... and the Trace recording it (replay/trace.py): refuses reads
         # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
         # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None
@@ -158,10 +171,6 @@ class Tape:
             self.thread = threading.get_ident()
 
     # ---- recording helpers ---------------------------------------------------------------
-
-    @property
-    def n_records(self):
-        return self.n
 
     def use_records(self, rec):
         """Make ``rec`` the record column.  Records are written through ``packed``, a byte
@@ -203,6 +212,29 @@ class Tape:
         at = self.nints + len(self.pints)
         self.pints.extend(values)
         return at
+
+    def add_int_array(self, values):
+        """``add_ints`` for a long int64 array (a where mask): copied into ``ints`` in one
+        NumPy call, where ``add_ints`` would make a Python int of every element and
+        ``_flush`` convert them back (~30 us per 1,000).  The pending ints go first, so
+        ``ints`` stays in recording order."""
+        if self.pints:
+            self._store_pints()
+        at = self.nints
+        end = at + values.size
+        if end > len(self.ints):
+            self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), at)
+        self.ints[at:end] = values
+        self.nints = end
+        return at
+
+    def _store_pints(self):
+        end = self.nints + len(self.pints)
+        if end > len(self.ints):
+            self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), self.nints)
+        self.ints[self.nints:end] = self.pints
+        self.pints.clear()
+        self.nints = end
 
     def add_floats(self, c0, c1=0.0):
         at = self.nfloats + len(self.pfloats)
@@ -283,7 +315,6 @@ class Tape:
         load = _LOAD or _load_op()
         pack_record(self.packed, r * 48, load[0] + d, off, -1, -1, index, n)
         self.n = r + 1
-        self.groups |= load[1]
         return off
 
     def note_function(self, ctx, first):
@@ -332,7 +363,7 @@ class Tape:
         """Compute again, into their slots, the values chunked runs kept in cache only: a
         tensor's value is about to be read, or a new record reads one."""
         runs, _ = self.unkept
-        sw = sweeps(self.groups)
+        sw = sweeps()
         for start, end, d in runs:
             sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d], sw.table(d))
         self.unkept = None   # after: another thread may be reading (``value``)
@@ -358,8 +389,7 @@ class Tape:
         """Give every tensor that still views this tape's arenas (a detached value) a copy,
         so the arenas can be reused (the tape is rewound) or freed."""
         self.views = None
-        from tapejit.inplace import release_views
-        release_views(self)
+        above.release_views(self)
 
     def flush(self):
         if self.n == self.nrec:
@@ -375,12 +405,7 @@ class Tape:
         if hi == lo:
             return
         if self.pints:
-            end = self.nints + len(self.pints)
-            if end > len(self.ints):
-                self.ints = _grown(self.ints, max(end, 2 * len(self.ints)), self.nints)
-            self.ints[self.nints:end] = self.pints
-            self.pints.clear()
-            self.nints = end
+            self._store_pints()
         if self.pfloats:
             end = self.nfloats + len(self.pfloats)
             if end > len(self.floats[0]):
@@ -484,7 +509,7 @@ class Tape:
             _wait_outside(self.thread)
 
     def _run_forward(self, lo, hi):
-        sw = sweeps(self.groups)
+        sw = sweeps()
         for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":
                 self._cast_forward(start)
@@ -514,7 +539,7 @@ class Tape:
 
     def summary(self):
         """A printable table of every record: op, PyTorch node, operands, leading values."""
-        from tapejit.summary import records_table
+        from tapejit.summary import records_table   # only to print a tape: ~0.7 ms of start-up
         self.flush()
         if self.unkept is not None:
             self.keep_values()
@@ -530,7 +555,7 @@ class Tape:
         return self._producers.get(off * 2 + arena)
 
 
-_LOAD = []   # (opcode * 2, group bit) of the load op, filled on first use (ops register late)
+_LOAD = []   # (opcode * 2,) of the load op, filled on first use (ops register late)
 
 
 def _no_memory(what, elements, d):
@@ -542,7 +567,7 @@ def _no_memory(what, elements, d):
 
 def _load_op():
     op = registry.BY_NAME["load"]
-    _LOAD[:] = (op.opcode * 2, op.bit)
+    _LOAD[:] = (op.opcode * 2,)
     return _LOAD
 
 

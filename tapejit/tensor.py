@@ -10,12 +10,33 @@ import warnings
 import numpy as np
 
 from tapejit import dtypes
-from tapejit.inplace import share_value
+from tapejit.device import CPU, check as _check_device, device as _as_device
+from tapejit.dtypes import type_name
+from tapejit.printing import tensor_repr
 from tapejit.shapes import wrap_dim
-from tapejit.tape import due_by_size, state as _state
+from tapejit.tape import due_by_size, retire_if_due, state as _state
 
 _new = object.__new__
 _BY_NUMPY = dtypes._BY_NUMPY   # NumPy dtype -> the tapejit dtype whose arrays it is
+_FLOAT32 = dtypes.float32
+
+
+class _Above:
+    """The functions of the layers above tensor.py that Tensor's methods call (in-place
+    bookkeeping, casts, views, backward, NumPy's protocols, pickling): each of those modules
+    hands its own over at import with ``provide``, so that tensor.py imports none of them."""
+    __slots__ = ("share_value", "leave_shared", "detach_in_place", "note_leaf_write", "legacy_array",
+                 "cast", "contiguous", "is_contiguous", "rows", "backward", "node_for",
+                 "array_ufunc", "array_function", "reduce_tensor")
+
+
+above = _Above()
+
+
+def provide(**functions):
+    """Install functions of an upper layer for Tensor's methods (see ``_Above``)."""
+    for name, function in functions.items():
+        setattr(above, name, function)
 
 
 class Size(tuple):
@@ -50,6 +71,11 @@ def _concrete(array, rg=False):
     if dt is None:
         dt = dtypes.data_dtype(array.dtype)
         array = array.astype(dt.np)
+    elif dt is _FLOAT32 and array.dtype.metadata is not None:
+        # bfloat16 storage: a NumPy computation on it gave float32 values, rounded here
+        dt = dtypes.bfloat16
+        if not dtypes.is_bfloat16_rounded(array):
+            array = dtypes.round_bfloat16(array)
     t = _new(Tensor)
     t._tape = None
     t._off = 0
@@ -86,8 +112,7 @@ class Tensor:
     def __init__(self, *data, dtype=None):
         """``Tensor(data)`` or ``Tensor(*sizes)``: torch's legacy constructor, whose result
         has the default float dtype whatever ``data`` holds (``tensor()`` infers it)."""
-        from tapejit.creation import legacy_array
-        arr = legacy_array(data, dtype)
+        arr = above.legacy_array(data, dtype)
         self._tape = None
         self._off = 0
         self._data = arr
@@ -106,12 +131,10 @@ class Tensor:
         tape = self._tape
         if tape is None:
             if _state.trace is not None and id(self) not in _state.trace.readable:
-                from tapejit.replay.trace import refuse_read
-                refuse_read()   # a tensor from outside the function: read live only by loads
+                _state.trace.on_read(self)   # a tensor from outside the function: read live only by loads
             return self._data
         if tape.tracing:   # tj.compile: a value read now would be frozen into every replay
-            from tapejit.replay.trace import refuse_read
-            refuse_read()
+            tape.trace.on_read(self)
         try:
             tape.flush()
         except MemoryError:
@@ -128,7 +151,6 @@ class Tensor:
         v = self._value()
         tape = self._tape
         if tape is not None and (tape.n > 64 or due_by_size(tape)):
-            from tapejit.tape import retire_if_due
             retire_if_due(tape, 5)  # this tensor, the local, the thread state, the call, its argument
         return v
 
@@ -136,24 +158,26 @@ class Tensor:
         if self._rg and not force:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._dtype is dtypes.bfloat16:
+            raise TypeError("Got unsupported ScalarType BFloat16")   # NumPy has no bfloat16, as torch
         return self._read()
 
     def __array__(self, dtype=None, copy=None):
         if self._rg:   # as torch: NumPy would silently cut the tensor out of the graph
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._dtype is dtypes.bfloat16:
+            raise TypeError("Got unsupported ScalarType BFloat16")
         v = self._read()
         if dtype is not None:
             v = v.astype(dtype, copy=False)
         return v.copy() if copy else v
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from tapejit.numpy_interop import array_ufunc
-        return array_ufunc(ufunc, method, inputs, kwargs)
+        return above.array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from tapejit.numpy_interop import array_function
-        return array_function(func, types, args, kwargs)
+        return above.array_function(func, types, args, kwargs)
 
     def item(self):
         if self._numel != 1:
@@ -219,7 +243,6 @@ class Tensor:
 
     @property
     def device(self):
-        from tapejit.device import CPU
         return CPU
 
     @property
@@ -236,7 +259,7 @@ class Tensor:
     def data(self):
         """The value without history, sharing memory but not the version counter (as
         ``torch``'s ``.data``): an in-place change through it is seen by the graph."""
-        return share_value(_concrete(self._value()), self, False)
+        return above.share_value(_concrete(self._value()), self, False)
 
     @data.setter
     def data(self, other):
@@ -252,8 +275,7 @@ class Tensor:
         if self._rg and not dt.is_floating_point:
             raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         _before_write(self)
-        from tapejit.inplace import leave_shared
-        leave_shared(self)
+        above.leave_shared(self)
         self._data = value
         self._shape = value.shape
         self._numel = value.size
@@ -279,6 +301,8 @@ class Tensor:
                 "var_no_grad = var.detach().")
         if requires_grad and not self._dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if requires_grad and self._dtype.narrow:
+            raise RuntimeError(narrow_grad_error(self._dtype))
         self._rg = bool(requires_grad)
         return self
 
@@ -307,8 +331,7 @@ class Tensor:
                 f"assigned grad has data of a different size: got {list(value._shape)}, "
                 f"expected {list(self._shape)}")
         if _state.trace is not None:
-            from tapejit.replay.trace import set_grad
-            set_grad(self, value)
+            _state.trace.on_set_grad(self, value)
         self._grad = value
 
     @property
@@ -346,16 +369,15 @@ class Tensor:
     def grad_fn(self):
         if self._tape is None or not self._rg:
             return None
-        from tapejit.graph import node_for
-        return node_for(self)
+        return above.node_for(self)
 
     @property
     def _version_counter(self):
         return getattr(self, "_version", 0)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        _engine().backward([self], None if gradient is None else [gradient], retain_graph,
-                           create_graph, inputs=inputs)
+        above.backward([self], None if gradient is None else [gradient], retain_graph,
+                       create_graph, inputs=inputs)
 
     def detach(self):
         """Same value, no history: a new leaf sharing the value and the version counter (the
@@ -363,36 +385,48 @@ class Tensor:
         tape = self._tape
         if tape is not None and tape.tracing:   # tj.compile: the slot itself, recomputed by replays
             return _taped(tape, self._off, self._shape, self._numel, self._dtype, False)
-        return share_value(_concrete(self._value()), self, True)
+        return above.share_value(_concrete(self._value()), self, True)
 
     def detach_(self):
         """``detach()`` in place: this tensor becomes a leaf without history; records that
         saved its value still see in-place changes of it (one version counter)."""
-        from tapejit.inplace import detach_in_place
-        return detach_in_place(self)
+        return above.detach_in_place(self)
 
     # ---- conversions -----------------------------------------------------------------------
 
     def to(self, *args, **kwargs):
-        from tapejit.device import check
         dt = kwargs.get("dtype")
-        check(kwargs.get("device"))
+        _check_device(kwargs.get("device"))
         for a in args:
             if isinstance(a, (dtypes.dtype, type, np.dtype)):
                 dt = a
             elif isinstance(a, Tensor):
                 dt = a._dtype
             else:
-                check(a)    # a device: the CPU, or an error
+                _check_device(a)    # a device: the CPU, or an error
         if dt is None:
             return self
-        from tapejit.recording import cast
-        return cast(self, dtypes.as_dtype(dt))
+        return above.cast(self, dtypes.as_dtype(dt))
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        """torch's legacy type names: ``x.type()`` is ``'torch.FloatTensor'`` (the strings
+        scripts compare with); ``x.type('torch.DoubleTensor')``, ``x.type(tj.float64)`` and
+        ``x.type(tj.DoubleTensor)`` convert (``self`` when the type is the same)."""
         if dtype is None:
-            return f"tapejit.{self._dtype.name}"
-        return self.to(dtype)
+            dtype = kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        if dtype is None:
+            return f"torch.{dtypes.SCALAR_TYPE_NAMES[self._dtype.name]}Tensor"
+        dt = _legacy_type_dtype(dtype)
+        if dt is self._dtype:
+            return self
+        return above.cast(self, dt)
+
+    def type_as(self, other):
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type_name(other)}")
+        return self.type(other._dtype)
 
     def float(self):
         return self.to(dtypes.float32)
@@ -404,7 +438,22 @@ class Tensor:
         return self.to(dtypes.int64)
 
     def int(self):
-        return self.to(dtypes.int64)
+        return self.to(dtypes.int32)
+
+    def short(self):
+        return self.to(dtypes.int16)
+
+    def char(self):
+        return self.to(dtypes.int8)
+
+    def byte(self):
+        return self.to(dtypes.uint8)
+
+    def half(self):
+        return self.to(dtypes.float16)
+
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
 
     def bool(self):
         return self.to(dtypes.bool_)
@@ -412,20 +461,23 @@ class Tensor:
     def cpu(self):
         return self
 
-    def cuda(self, device=None, non_blocking=False):
-        from tapejit.device import check
-        check("cuda")
+    def cuda(self, device=None, non_blocking=False, memory_format=None):
+        """Raises a CPU-only torch build's error: tapejit has no CUDA device."""
+        if device is None:
+            device = "cuda"
+        elif not isinstance(device, int) and _as_device(device).type != "cuda":
+            raise RuntimeError("Invalid device, must be cuda device")
+        _check_device(device)
 
-    def contiguous(self):
-        return self
+    def contiguous(self, memory_format=None):
+        return above.contiguous(self)
 
-    def is_contiguous(self):
-        return True
+    def is_contiguous(self, memory_format=None):
+        return above.is_contiguous(self)
 
     # ---- printing --------------------------------------------------------------------------
 
     def __repr__(self):
-        from tapejit.printing import tensor_repr
         return tensor_repr(self)
 
     __str__ = __repr__
@@ -439,13 +491,13 @@ class Tensor:
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
         if self._tape is None and not self._rg:
+            if self._dtype is dtypes.bfloat16:   # 0-d views: NumPy's scalars would drop bfloat16's storage tag
+                return iter([_concrete(self._data[i, ...]) for i in range(self._shape[0])])
             return iter([_concrete(row) for row in self._data])
-        from tapejit.ops.movement import _rows
-        return iter(_rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
+        return iter(above.rows(self))  # torch iterates by unbind: one UnbindBackward0 per row
 
     def __reduce__(self):
-        from tapejit.serialization import reduce_tensor
-        return reduce_tensor(self)
+        return above.reduce_tensor(self)
 
     def __deepcopy__(self, memo):
         if self._tape is not None:
@@ -459,9 +511,33 @@ class Tensor:
         return t
 
 
-def _engine():
-    import tapejit.engine
-    return tapejit.engine
+def narrow_grad_error(dt):
+    return (f"tapejit: {dt} tensors cannot require gradients (tapejit stores {dt} values but computes "
+            f"them in float32 without a tape); train in float32 and convert with .to({dt}) for storage")
+
+
+def _legacy_type_dtype(spec):
+    """The dtype a ``Tensor.type()`` argument names: a dtype, a typed-tensor class
+    (``tj.FloatTensor``) or torch's type string (``'torch.FloatTensor'``)."""
+    if isinstance(spec, dtypes.dtype):
+        return spec
+    if isinstance(spec, type):
+        typed = getattr(spec, "dtype", None)
+        if isinstance(typed, dtypes.dtype):
+            return typed
+        name = spec.__qualname__ if spec.__module__ == "builtins" else f"{spec.__module__}.{spec.__qualname__}"
+        raise ValueError(f"invalid type: {name!r}")
+    if not isinstance(spec, str):
+        raise TypeError("dtype must be a type, str, or dtype object")
+    module, _, kind = spec.rpartition(".")
+    if module in ("torch.cuda", "tapejit.cuda"):
+        raise RuntimeError("Cannot initialize CUDA without ATen_cuda library (tapejit runs on the CPU "
+                           "only, as a CPU-only PyTorch build)")
+    if module in ("torch", "tapejit"):
+        for name, scalar_type in dtypes.SCALAR_TYPE_NAMES.items():
+            if kind == scalar_type + "Tensor":
+                return getattr(dtypes, "bool_" if name == "bool" else name)
+    raise ValueError(f"invalid type: {spec!r}")
 
 
 def _rebuild(array, rg):
@@ -482,5 +558,4 @@ class _HookHandle:
 
 def _before_write(t):
     """A leaf is about to change in place: bump its version and let tapes notice."""
-    from tapejit.inplace import note_leaf_write
-    note_leaf_write(t)
+    above.note_leaf_write(t)

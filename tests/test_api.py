@@ -519,11 +519,13 @@ print("OK")
 
 
 def test_single_element_index_with_grad():
-    # Run in a child process: a wrong arena offset here can crash the interpreter.
+    # Run in a child process: a wrong arena offset here can crash the interpreter.  The
+    # child may compile sweeps the parent has not cached yet (minutes on a cold, busy
+    # machine), so its time limit only guards against a hang, as the other child processes'.
     import subprocess
     import sys
     proc = subprocess.run([sys.executable, "-c", _SCALAR_INDEX_SCRIPT], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=1200)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (
         f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}")
 
@@ -722,18 +724,20 @@ def test_cpu_device_in_every_spelling():
     assert tj.tensor([1.0], device=tj.device("cpu")).device == "cpu"
 
 
-@pytest.mark.parametrize("call", [
-    lambda: tj.zeros(2, device="cuda"),
-    lambda: tj.tensor([1.0], device="cuda:0"),
-    lambda: tj.zeros(2).to("cuda"),
-    lambda: tj.zeros(2).to(device="mps"),
-    lambda: tj.zeros(2).cuda(),
-    lambda: tj.device("cuda"),
-    lambda: tj.set_default_device("cuda"),
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: tj.zeros(2, device="cuda"), AssertionError, "Torch not compiled with CUDA enabled"),
+    (lambda: tj.tensor([1.0], device="cuda:0"), AssertionError, "Torch not compiled with CUDA enabled"),
+    (lambda: tj.zeros(2).to("cuda"), AssertionError, "Torch not compiled with CUDA enabled"),
+    (lambda: tj.zeros(2).to(device="mps"), RuntimeError, "PyTorch is not linked with support for mps devices"),
+    (lambda: tj.zeros(2).cuda(), AssertionError, "Torch not compiled with CUDA enabled"),
+    # torch sets it and fails on the next tensor made; tapejit refuses at once
+    (lambda: tj.set_default_device("cuda"), AssertionError, "Torch not compiled with CUDA enabled"),
 ])
-def test_other_devices_are_refused(call):
-    with pytest.raises(RuntimeError, match="tapejit runs on the CPU only; device '(cuda|cuda:0|mps)' is not available"):
+def test_other_devices_are_refused(call, error, message):
+    # a CPU-only torch build's errors (tests/test_compat.py compares them with torch's)
+    with pytest.raises(error, match=message):
         call()
+    assert tj.device("cuda").type == "cuda"   # constructible, as on a CPU-only torch build
 
 
 def test_view_as_a_dtype_reads_the_same_bytes():

@@ -11,16 +11,8 @@ import pytest
 
 import tapejit as tj
 from tapejit import chunked, registry
-from tapejit.tape import sweeps
 
 from test_gradients import CASES
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_sweep_module():
-    """Load the sweeps for every op group first, so that every test here uses one module
-    and its chunked sweeps compile once."""
-    sweeps((1 << len(registry.GROUPS)) - 1)
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])

@@ -14,7 +14,7 @@ import pytest
 import tapejit
 import tapejit as tj
 from tapejit import codegen, registry
-from tapejit.ops import unary
+from tapejit.ops import _blas, _kernel_helpers, unary
 
 
 def test_generated_modules_are_current():
@@ -76,14 +76,63 @@ def test_freed_graph_error_in_a_fresh_process(tmp_path):
     assert "grad [4.0, 6.0]" in out.stdout
 
 
-def test_hash_covers_every_rule_source(tmp_path):
-    files = registry.source_files()
-    rule_file = Path(inspect.getsourcefile(unary.exp_grad.py_func))
-    assert rule_file in files
-    edited = tmp_path / rule_file.name
-    edited.write_text(rule_file.read_text().replace("return g * y\n", "return g * y * 2.0\n", 1))
-    swapped = [edited if f == rule_file else f for f in files]
-    assert registry.registry_hash(swapped) != registry.registry_hash(files)
+def _edited_exp_grad(x, y, g, c0, c1):
+    return g * y * 2.0
+
+
+def _edited_tanh(x):
+    return lambda x: np.tanh(x) * 2.0
+
+
+def test_hash_changes_with_a_rule_body(monkeypatch):
+    before = registry.registry_hash()
+    monkeypatch.setattr(unary.exp_grad, "__code__", _edited_exp_grad.__code__)
+    assert registry.registry_hash() != before
+
+
+def test_hash_changes_with_an_overloaded_helper(monkeypatch):
+    before = registry.registry_hash()
+    monkeypatch.setattr(_kernel_helpers._tanh_compiled, "__code__", _edited_tanh.__code__)
+    assert registry.registry_hash() != before
+
+
+def test_hash_changes_with_a_constant_a_kernel_reads(monkeypatch):
+    before = registry.registry_hash()
+    monkeypatch.setattr(_blas, "_T", 85)        # matmul_into's transpose flag
+    assert registry.registry_hash() != before
+
+
+def test_hash_changes_with_an_op_table_entry(monkeypatch):
+    before = registry.registry_hash()
+    monkeypatch.setattr(registry.BY_NAME["exp"], "saves", False)
+    assert registry.registry_hash() != before
+
+
+def test_hash_ignores_python_outside_the_sweeps(monkeypatch):
+    """Front ends, samples and new plain functions in an op module never run in a sweep:
+    editing them must not recompile anything."""
+    before = registry.registry_hash()
+    monkeypatch.setattr(unary, "a_new_front_end", lambda x: x, raising=False)
+    front_end = next(v for k, v in vars(unary).items()
+                     if inspect.isfunction(v) and not hasattr(v, "py_func") and v.__module__ == unary.__name__)
+    monkeypatch.setattr(front_end, "__code__", (lambda *a, **k: None).__code__)
+    # nor the derivative formulas (create_graph), stored on the op beside its compiled parts
+    monkeypatch.setattr(unary._d_exp, "__code__", (lambda c: None).__code__)
+    monkeypatch.delattr(registry.BY_NAME["sqrt"], "formula")
+    assert registry.registry_hash() == before
+
+
+def test_hash_ignores_an_ops_names(monkeypatch):
+    """Renaming an op's front ends (``tj.log1p`` -> ``tj.log_one_plus``, a new NumPy name, no
+    in-place variant) changes no compiled code: no recompile; the same entry's rule does."""
+    before = registry.registry_hash()
+    log1p = registry.BY_NAME["log1p"]
+    monkeypatch.setattr(log1p, "names", registry.names("log_one_plus", numpy=("log1p", "log"), in_place=""))
+    assert registry.registry_hash() == before
+    monkeypatch.setattr(log1p, "names", None)
+    assert registry.registry_hash() == before
+    monkeypatch.setattr(unary.log1p_grad, "__code__", _edited_exp_grad.__code__)
+    assert registry.registry_hash() != before
 
 
 def test_regenerates_only_when_text_changes(tmp_path, monkeypatch):
@@ -198,7 +247,7 @@ COMPILES = textwrap.dedent("""
 
 
 def _compiled(program, cache):
-    script = COMPILES.replace("PROGRAM", textwrap.indent(textwrap.dedent(program), "    ").strip())
+    script = COMPILES.replace("PROGRAM", textwrap.dedent(program).strip())
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
                          env=dict(os.environ, TAPEJIT_CACHE_DIR=str(cache)), cwd=cache.parent)
     assert out.returncode == 0, out.stderr

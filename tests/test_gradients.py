@@ -72,25 +72,30 @@ CASES = _collect_cases()
 # Cases whose ``fn`` applies a different op last than the op whose samples they belong to
 # (checked against that op's ``node`` instead): {case id: name of the op applied last}.
 LAST_OP = {
+    "strided_slice-ellipsis": "unsqueeze",   # x[..., 0, None] shows torch's node, its last step
     "unbind-iter": "mul",              # list(x)[1] * list(x)[2]
     "amax-amin": "amin",
     "max_all-min": "min_all",
     "mm-mv": "mv",
     "mm-dot": "dot",
+    "mm-outer": "mul",                 # torch's outer is a broadcast multiply (its node named so)
     "bmm-matmul_3d2d": "mm",           # (B, m, k) @ (k, n) folds the batch into one mm
     "linear-linear_3d": "reshape",     # the 2-D product viewed back to the batch shape
     "linear-linear_vec": "reshape",
+    # singular vectors are defined up to sign: their samples square them
+    "svd_part-svd_u_squared": "mul",
+    "svd_part-svd_vh_squared": "mul",
+    "svd_part-svd_full_u_squared": "mul",
+    "eigh_part-eigh_vectors_squared": "mul",
 }
 
 # Cases where PyTorch's last autograd node is an artefact of how PyTorch decomposes the call
 # (tapejit records one fused op instead), so the grad_fn names cannot be compared.
 TORCH_DECOMPOSES = {
     "mm-vm": "torch.matmul(vector, matrix) ends in SqueezeBackward4 (unsqueeze, mm, squeeze)",
-    "mm-outer": "torch.outer is a broadcast multiply (MulBackward0)",
     "bmm-matmul_bcast": "torch.matmul with broadcast batch dims ends in UnsafeViewBackward0",
     "bmm-matmul_3d2d": "torch.matmul(3-D, 2-D) folds into mm and ends in UnsafeViewBackward0",
     "bmm-matmul_2d3d": "torch.matmul(2-D, 3-D) expands/clones the 2-D operand (CloneBackward0)",
-    "strided_slice-ellipsis": "torch applies x[..., 0, None] as select then unsqueeze (UnsqueezeBackward0)",
 }
 
 # Cases PyTorch cannot run at all (an API difference, not a numerical one).

@@ -12,6 +12,7 @@ import pytest
 
 import tapejit as tj
 import tapejit.nn.functional as F
+from tapejit.testing import check_grads
 
 DTYPES = ["float32", "float64"]
 TOL = {"float32": {"rtol": 3e-5, "atol": 3e-6}, "float64": {"rtol": 1e-10, "atol": 1e-12}}
@@ -58,32 +59,13 @@ def compare_with_torch(fn, arrays, dtype, differentiable=None, seed=1):
 
 
 def check_gradients_fd(fn, arrays, differentiable=None, eps=1e-6, seed=1):
-    """Gradients of ``fn(*tensors)`` (float64) against central finite differences."""
+    """Gradients of ``fn(*tensors)`` (float64) against central finite differences; returns
+    ``fn``'s output (float64, inputs that require grad)."""
     arrays = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
     differentiable = differentiable or [a.dtype.kind == "f" for a in arrays]
-    inputs = [tj.tensor(a, requires_grad=g) for a, g in zip(arrays, differentiable)]
-    out = fn(*inputs)
-    upstream = None if out.ndim == 0 else rng(seed).standard_normal(out.shape)
-
-    def scalar_at(values):
-        with tj.no_grad():
-            o = fn(*[tj.tensor(v) for v in values])
-        o = value(o)
-        return float(o if upstream is None else (o * upstream).sum())
-
-    _scalar(out, upstream, tj).backward()
-    for i, (a, g) in enumerate(zip(arrays, differentiable)):
-        if not g:
-            continue
-        numeric = np.zeros_like(a)
-        for j in range(a.size):
-            plus, minus = [x.copy() for x in arrays], [x.copy() for x in arrays]
-            plus[i].reshape(-1)[j] += eps
-            minus[i].reshape(-1)[j] -= eps
-            numeric.reshape(-1)[j] = (scalar_at(plus) - scalar_at(minus)) / (2 * eps)
-        np.testing.assert_allclose(value(inputs[i].grad), numeric, rtol=1e-6, atol=1e-7,
-                                   err_msg=f"gradient of input {i}")
-    return out
+    wrt = [i for i, g in enumerate(differentiable) if g]
+    check_grads(fn, arrays, wrt=wrt, eps=eps, rtol=1e-6, atol=1e-7, seed=seed)
+    return fn(*[tj.tensor(a, requires_grad=g) for a, g in zip(arrays, differentiable)])
 
 
 # ---- linear ---------------------------------------------------------------------------------

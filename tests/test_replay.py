@@ -41,7 +41,9 @@ def _torch_style(fn):
 
 # Samples that compute a mask from an input (``x > 0``): a comparison's result is a
 # boolean computed in NumPy, so the trace would freeze it; tj.compile refuses instead.
-VALUE_DEPENDENT = {"where", "where_b"}
+# Likewise max/min along a dim, sort and topk: the elements they select are chosen from
+# the values (argmax, argsort), which a replay would not choose again.
+VALUE_DEPENDENT = {"where", "where_b", "max_dim", "min_dim", "sort", "topk"}
 
 
 def _refused_as_value_dependent(label, run):

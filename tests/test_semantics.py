@@ -901,6 +901,58 @@ def test_backward_inputs_argument_limits_accumulation():
     assert w.grad is None
 
 
+def _only_paths_to_inputs(lib, how):
+    """A leaf and an intermediate off every path to the inputs asked for, each with a
+    hook, beside a linear (its bias an operand listed in ints) and a cat on the path."""
+    x = lib.tensor([[1.0, -2.0, 0.5]], requires_grad=True)
+    w = lib.tensor([[0.5, 1.0, -1.0], [2.0, 0.0, 1.5]], requires_grad=True)
+    b = lib.tensor([0.25, -0.5], requires_grad=True)
+    calls = []
+    x.register_hook(lambda g: calls.append("x"))
+    off_path = x * 2.0
+    off_path.register_hook(lambda g: calls.append("x*2"))
+    h = lib.nn.functional.linear(off_path, w, b)
+    y = (lib.cat([h, h * h], 1) ** 2).sum()
+    if how == "grad":
+        grads = lib.autograd.grad(y, [w, b])
+    elif how == "create_graph":
+        grads = [g.detach() for g in lib.autograd.grad(y, [w, b], create_graph=True)]
+    else:
+        y.backward(inputs=[w, b])
+        grads = [w.grad, b.grad]
+    return [np.array(g.tolist()) for g in grads], calls, x.grad
+
+
+@pytest.mark.parametrize("how", ("grad", "create_graph", "backward_inputs"))
+def test_gradient_runs_only_the_paths_to_its_inputs(how):
+    # torch's engine runs only the nodes on a path to autograd.grad's inputs (or
+    # backward's inputs=): a leaf or tensor off those paths gets no gradient, so its hooks
+    # are not called and its .grad stays None; tapejit's sweep leaves their gradients out.
+    torch = pytest.importorskip("torch")
+    ours, our_calls, our_x_grad = _only_paths_to_inputs(tj, how)
+    theirs, their_calls, their_x_grad = _only_paths_to_inputs(torch, how)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert our_calls == their_calls == []
+    assert our_x_grad is None and their_x_grad is None
+
+
+def test_gradient_toward_some_inputs_through_many_stacks():
+    # More records with operands listed in ints (stack) than the engine reads one by one
+    # (engine._LISTED_READ): their results count as leading to the inputs, the others'
+    # operands are still left out; the gradients are torch's.
+    torch = pytest.importorskip("torch")
+
+    def grads(lib):
+        xs = [lib.tensor(0.1 * (i + 1), dtype=lib.float64, requires_grad=True) for i in range(4)]
+        nodes = list(xs)
+        for k in range(70):
+            nodes.append(lib.tanh(lib.stack(nodes[-3:]).sum() * nodes[k % 4]))
+        return [g.item() for g in lib.autograd.grad(nodes[-1], xs[:2])]
+
+    np.testing.assert_allclose(grads(tj), grads(torch), rtol=1e-10)
+
+
 def test_leaf_hook_called_once_with_total_gradient():
     x = tj.tensor([1.0, 2.0], requires_grad=True)
     calls = []
@@ -1142,3 +1194,15 @@ def test_reductions_of_infinities_follow_ieee_as_torch():
     assert x.prod().item() == np.inf
     assert x.norm().item() == np.inf
     assert tj.tensor([np.inf, -np.inf]).sum().isnan().item()
+
+
+def test_an_alias_collected_at_interpreter_shutdown_is_silent(monkeypatch):
+    """At shutdown Python clears module globals (to None) before the last tensors go; the
+    weak-reference callback of a ``detach()`` alias then has nothing to update and must
+    not raise (it printed "Exception ignored in _member_gone ... 'NoneType'")."""
+    from tapejit import inplace
+    x = tj.randn(3, requires_grad=True)
+    alias = x.detach()
+    member = inplace._shared[id(alias)].members[id(alias)]
+    monkeypatch.setattr(inplace, "_shared", None)
+    inplace._member_gone(member)   # what the callback does then: nothing, no exception

@@ -338,7 +338,7 @@ def load_bytes(data, **load_args):
 
 @pytest.mark.parametrize("args, message", [
     (("|O", (1,), b"\x00" * 8, False), r"dtype '\|O'"),
-    (("<i4", (2,), b"\x00" * 8, False), r"dtype '<i4'"),            # not a tapejit dtype
+    (("<u4", (2,), b"\x00" * 8, False), r"dtype '<u4'"),            # not a tapejit dtype
     ((">f4", (2,), b"\x00" * 8, False), r"dtype '>f4'"),
     (("<f4", (10**12,), b"\x00" * 8, False), r"needs 4000000000000 bytes of data, got 8"),
     (("<f8", (0, 2**62, 2**62), b"", False), "too large"),

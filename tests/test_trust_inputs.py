@@ -94,12 +94,11 @@ def test_uint64_array_to_a_float_dtype_keeps_its_values():
     assert tj.tensor(arr, dtype=tj.float64).tolist() == torch.tensor(arr, dtype=torch.float64).tolist()
 
 
-def test_narrow_numpy_ints_and_floats_widen_without_changing_values():
-    # torch keeps int32/uint32/float16; tapejit's dtypes are int64 and float32, which hold
-    # every value of them.
-    assert tj.tensor(np.array([7, -3], np.int32)).tolist() == [7, -3]
+def test_narrow_numpy_ints_and_floats_keep_their_dtype_or_widen_without_changing_values():
+    # torch keeps int32 and float16; uint32, which it has no dtype for, widens to int64
+    assert tj.tensor(np.array([7, -3], np.int32)).dtype is tj.int32
     assert tj.tensor(np.array([2**32 - 1], np.uint32)).tolist() == [2**32 - 1]
-    assert tj.as_tensor(np.array([0.5], np.float16)).dtype is tj.float32
+    assert tj.as_tensor(np.array([0.5], np.float16)).dtype is tj.float16
 
 
 # ---- floats into int64 -----------------------------------------------------------------------
@@ -401,6 +400,7 @@ def test_complex_data_is_a_type_error():
 
 _X = "L.tensor([[1., 2.], [3., 4.]])"
 _V = "L.tensor([1., 2.])"
+_I = "L.tensor([[1, 2], [3, 4]])"
 _VALID = {   # a valid argument for each parameter name (source text, L the library)
     "input": _X, "tensor": _X, "other": _X, "exponent": _X, "mat2": _X, "vec": _V, "vec2": _V,
     "index": "L.tensor([[0, 1], [1, 0]])", "mask": f"{_X} > 2", "condition": f"{_X} > 2", "value": "1.0",
@@ -412,9 +412,18 @@ _SPECIAL = {   # front ends whose arguments need more than their names
     "inner": {"self": _V, "input": _V, "other": _V}, "outer": {"self": _V, "input": _V},
     "ger": {"self": _V, "input": _V}, "bmm": {"self": "L.ones(1, 2, 2)", "input": "L.ones(1, 2, 2)",
                                               "mat2": "L.ones(1, 2, 2)"},
-    "clamp": {"min": "0.0"}, "clip": {"min": "0.0"}, "clamp_": {"min": "0.0"}, "unflatten": {"dim": "1", "sizes": "(1, 2)"},
+    "clamp": {"min": "0.0"}, "clip": {"min": "0.0"}, "clamp_": {"min": "0.0"}, "clip_": {"min": "0.0"}, "unflatten": {"dim": "1", "sizes": "(1, 2)"},
     "reshape": {"*shape": "4"}, "view": {"*shape": "4"}, "permute": {"*dims": "1, 0"}, "expand": {"*sizes": "2, 2"},
     "repeat": {"*sizes": "1, 1"},
+    "bitwise_and": {"self": _I, "input": _I, "other": _I}, "bitwise_or": {"self": _I, "input": _I, "other": _I},
+    "bitwise_xor": {"self": _I, "input": _I, "other": _I}, "bitwise_not": {"input": _I},
+    "bincount": {"self": "L.tensor([0, 1, 1])", "input": "L.tensor([0, 1, 1])"},
+    "repeat_interleave": {"input": "L.tensor([1, 2])"},
+    "cross": {"self": "L.ones(2, 3)", "input": "L.ones(2, 3)", "other": "L.ones(2, 3)", "dim": "1"},
+    "index_fill": {"index": "L.tensor([1, 0])"}, "index_fill_": {"index": "L.tensor([1, 0])"},
+    "scatter": {"src": _X}, "scatter_": {"src": _X}, "select": {"index": "1"},
+    "bitwise_and_": {"self": _I, "other": _I}, "bitwise_or_": {"self": _I, "other": _I},
+    "bitwise_xor_": {"self": _I, "other": _I}, "bitwise_not_": {"self": _I},
 }
 # torch's Python-level functions, which fail on a non-tensor with an AttributeError
 _TORCH_ATTRIBUTE_ERROR = {"split", "norm"}
@@ -585,7 +594,9 @@ def test_lists_and_arrays_stay_operands():
     assert (x + [1.0, 2.0]).tolist() == [2.0, 4.0]
     assert tj.add(x, np.array([1.0, 1.0])).tolist() == [2.0, 3.0]
     assert tj.where(x > 1, x, [0.0, 0.0]).tolist() == [0.0, 2.0]
-    assert tj.index_select(x, 0, [1]).tolist() == [2.0]
+    # an index is not an operand: as torch, index_select wants an integer tensor
+    with pytest.raises(TypeError, match=r"index_select\(\): argument 'index' .*must be Tensor, not list"):
+        tj.index_select(x, 0, [1])
 
 
 # ---- grad_fn identity -------------------------------------------------------------------------
@@ -789,7 +800,8 @@ def test_int64_limits_and_comparisons_with_big_ints_stay_exact():
 # ---- a tensor's array has its dtype ------------------------------------------------------------
 
 @pytest.mark.parametrize("np_dtype, tapejit_dtype", [
-    ("float16", "float32"), ("int32", "int64"), ("uint8", "int64"), (">f8", "float64"), ("int8", "int64"),
+    ("float16", "float16"), ("int32", "int32"), ("uint8", "uint8"), (">f8", "float64"), ("int8", "int8"),
+    ("uint16", "int32"), ("uint32", "int64"), (">i2", "int16"),
 ])
 def test_an_array_of_another_dtype_becomes_a_tensor_of_the_dtype_holding_it(np_dtype, tapejit_dtype):
     from tapejit.tensor import _concrete

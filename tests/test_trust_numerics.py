@@ -21,19 +21,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import chunked, registry
-from tapejit.tape import sweeps
+from tapejit import chunked
 
 from test_gradients import CASES
 
 inf = math.inf
 nan = math.nan
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_sweep_module():
-    """Every op group in one sweep module, compiled once for the file."""
-    sweeps((1 << len(registry.GROUPS)) - 1)
 
 
 # ---- part 1: the audit ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """In-place ops on views: the base sees them, as in PyTorch.
 
-A view of a recorded tensor is a record of its own (tapejit/ops/movement.py), so an
+A view of a recorded tensor is a record of its own (tapejit/ops/views.py), so an
 in-place op on it is written back into its base (tapejit/inplace.py); views of a leaf under
 ``no_grad`` are NumPy views of its array.  Each case gives the values and gradients PyTorch
 gives (checked against torch itself where it is installed).

@@ -11,7 +11,11 @@ import weakref
 
 import numpy as np
 
+from tapejit.engine import FREED
 from tapejit.grad_mode import no_grad
+from tapejit.graph import _node_at
+from tapejit.printing import type_name
+from tapejit.recording import operand
 from tapejit.tape import current, state
 from tapejit.tensor import Tensor, _concrete, _taped
 
@@ -52,11 +56,9 @@ class BackwardFunction:
     @property
     def saved_tensors(self):
         if self._freed:
-            from tapejit.engine import FREED
             raise RuntimeError(FREED)
         for i, (t, version) in enumerate(zip(self._saved, self._saved_versions)):
             if t is not None and getattr(t, "_version", 0) != version:
-                from tapejit.printing import type_name
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by "
                     f"an inplace operation: [{type_name(t)} {list(t._shape)}], which is saved "
@@ -85,7 +87,6 @@ class BackwardFunction:
 
     @property
     def next_functions(self):
-        from tapejit.graph import _node_at
         tape = self._tape_ref() if self._tape_ref is not None else None
         result = []
         for entry in self._inputs:
@@ -121,7 +122,6 @@ class BackwardFunction:
         if not received or not needed:
             return
         if self._freed:
-            from tapejit.engine import FREED
             raise RuntimeError(FREED)
         materialize = self._materialize
         grads = [grads[slot] if type(slot) is int
@@ -231,9 +231,8 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         if state.trace is not None:
-            from tapejit.replay.trace import refuse
-            refuse(f"the custom autograd.Function {cls.__name__}", "its backward is Python code, "
-                   "which a replay does not run.")
+            state.trace.refuse(f"the custom autograd.Function {cls.__name__}", "its backward is "
+                               "Python code, which a replay does not run.")
         ctx = _ctx_class(cls)(cls)
         grad_on = state.grad
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._rg and grad_on for a in args)
@@ -249,7 +248,6 @@ class Function:
 
 
 def _record(ctx, args, out):
-    from tapejit.recording import operand
     tape = current()
     ctx._tape_ref = weakref.ref(tape)
     for a, needs in zip(args, ctx.needs_input_grad):

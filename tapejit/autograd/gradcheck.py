@@ -53,3 +53,34 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
                         f"numerical:{numeric}\nanalytical:{analytic}\n")
                 return False
     return True
+
+
+def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  gen_non_contig_grad_outputs=False, raise_exception=True, **_ignored):
+    """``torch.autograd.gradgradcheck``: ``gradcheck`` of the function ``(inputs, grad_outputs)
+    -> autograd.grad(fn(inputs), inputs, grad_outputs, create_graph=True)``, so second
+    derivatives are compared with finite differences of first ones.  Without
+    ``grad_outputs``, random ones (requiring grad, so they are checked too), as torch's."""
+    from tapejit.engine import grad as grad_
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    outs = _outputs(fn, inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        grad_outputs = tuple(_concrete(rng.standard_normal(o._shape).astype(o._value().dtype), rg=True)
+                             for o in outs)
+    else:
+        grad_outputs = (grad_outputs,) if isinstance(grad_outputs, Tensor) else tuple(grad_outputs)
+    n = len(inputs)
+    wrt = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+
+    def first_derivatives(*args):
+        values, seeds = args[:n], args[n:]
+        out = _outputs(fn, values)
+        wanted = [v for v in values if isinstance(v, Tensor) and v.requires_grad]
+        found = grad_(out, wanted, seeds, create_graph=True, allow_unused=True)
+        return tuple(g for g in found if g is not None and g.requires_grad)
+
+    if not wrt:
+        return True
+    return gradcheck(first_derivatives, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)

@@ -23,12 +23,13 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.creation import as_tensor as _as_tensor
 from tapejit.creation import zeros_like as _zeros_like
+from tapejit.device import unavailable
 from tapejit.grad_mode import no_grad
 from tapejit.nn.hooks import BackwardHook, RemovableHandle, user_stacklevel
 from tapejit.nn.parameter import Parameter, set_leaf_value
 from tapejit.printing import type_name
 from tapejit.tape import state as _state
-from tapejit.tensor import Tensor
+from tapejit.tensor import Tensor, narrow_grad_error
 
 __all__ = [
     "Module",
@@ -221,21 +222,6 @@ def _legacy_backward_hook_error():
 
 
 # ---- devices ---------------------------------------------------------------------------------
-
-def _device_type(device):
-    """``"cpu"`` or ``"cuda"`` for a ``to()``/``cuda()`` device argument; any other device
-    raises as ``tapejit.device`` does."""
-    if isinstance(device, int) and not isinstance(device, bool):
-        return "cuda"
-    kind = getattr(device, "type", None)
-    if kind is None:
-        kind = str(device).partition(":")[0]
-    if kind in ("cpu", "cuda"):
-        return kind
-    from tapejit.device import check
-    check(device)
-    return "cpu"
-
 
 def _not_compiled_with(backend, device):
     """What a CPU-only torch build raises on moving a tensor to ``backend``."""
@@ -783,7 +769,10 @@ class Module:
             if applied is not param:
                 if param.requires_grad and not applied.dtype.is_floating_point:
                     raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
-                set_leaf_value(param, np.asarray(applied.detach()))
+                if param.requires_grad and applied.dtype.narrow:
+                    raise RuntimeError(narrow_grad_error(applied.dtype) + " (for inference: "
+                                       "module.requires_grad_(False) first)")
+                set_leaf_value(param, applied.detach()._value())
             grad = param.grad
             if grad is not None:
                 with no_grad():
@@ -807,15 +796,17 @@ class Module:
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got "
                             f"desired dtype={dtype}")
 
+        # A malformed device raises now, as torch's argument parsing; an unavailable one
+        # when there is a tensor to move, as torch.
+        error = None if device is None else unavailable(device)
+
         def convert(t):
-            if device is not None and _device_type(device) == "cuda":
-                raise _not_compiled_with("CUDA", device)
+            if error is not None:
+                raise error
             if dtype is not None and t.is_floating_point() and t.dtype is not dtype:
                 return t.to(dtype)
             return t
 
-        if device is not None:
-            _device_type(device)   # an unknown device raises now, as torch's argument parsing
         return self._apply(convert)
 
     @staticmethod

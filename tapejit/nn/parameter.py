@@ -8,7 +8,7 @@ import numpy as np
 from tapejit.inplace import note_leaf_write
 from tapejit.ops import binary as _binary
 from tapejit.recording import as_tensor_operand, record_binary
-from tapejit.tensor import Tensor, _concrete
+from tapejit.tensor import Tensor, _concrete, narrow_grad_error
 
 _new = object.__new__
 
@@ -40,6 +40,8 @@ def _fill(target, array, requires_grad):
     _hold(target, array)
     if requires_grad and not target._dtype.is_floating_point:
         raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    if requires_grad and target._dtype.narrow:
+        raise RuntimeError(narrow_grad_error(target._dtype))
     target._rg = bool(requires_grad)
     return target
 

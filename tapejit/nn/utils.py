@@ -11,7 +11,9 @@ import warnings
 
 import numpy as np
 
-import tapejit
+from tapejit.api import front_ends as _tj
+from tapejit.creation import tensor as _tensor
+from tapejit.dtypes import get_default_dtype as _get_default_dtype
 from tapejit.grad_mode import no_grad
 from tapejit.tensor import Tensor
 
@@ -49,7 +51,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     tensors = _as_list(tensors)
     norm_type = float(norm_type)
     if not tensors:
-        return tapejit.tensor(0.0)
+        return _tensor(0.0)
     norms = [_vector_norm(t._value(), norm_type) for t in tensors]
     total = _vector_norm(np.array(norms, dtype=np.result_type(*norms)), norm_type)
     if error_if_nonfinite and not np.isfinite(total):
@@ -57,7 +59,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
             f"The total norm of order {norm_type} for gradients from `parameters` is "
             "non-finite, so it cannot be clipped. To disable this error and scale the "
             "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
-    return tapejit.tensor(total)
+    return _tensor(total)
 
 
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
@@ -67,7 +69,7 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
         return
     total = np.asarray(total_norm._value() if isinstance(total_norm, Tensor) else total_norm)
     if not np.issubdtype(total.dtype, np.floating):
-        total = total.astype(tapejit.get_default_dtype().np)
+        total = total.astype(_get_default_dtype().np)
     # torch evaluates ``scalar / tensor`` as ``tensor.reciprocal() * scalar``, in the
     # norm's dtype: the same steps give the same coefficient to the last bit.
     coefficient = np.reciprocal(total + total.dtype.type(1e-6)) * total.dtype.type(max_norm)
@@ -100,7 +102,7 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
 
 def parameters_to_vector(parameters):
     """All parameters flattened and concatenated into one 1-D tensor (differentiable)."""
-    return tapejit.cat([p.view(-1) for p in parameters])
+    return _tj.cat([p.view(-1) for p in parameters])
 
 
 def vector_to_parameters(vec, parameters):
@@ -112,3 +114,15 @@ def vector_to_parameters(vec, parameters):
         end = start + p.numel()
         p.data = vec[start:end].view_as(p).data
         start = end
+
+
+# ---- torch.nn.utils.rnn: packed and padded sequences (defined in tapejit/nn/rnn.py) ---------
+import sys as _sys  # noqa: E402
+
+from tapejit.nn import rnn as _recurrent  # noqa: E402
+
+rnn = types.ModuleType(__name__ + ".rnn", "torch.nn.utils.rnn: packing and padding sequences of different lengths.")
+for _name in _recurrent.SEQUENCE_UTILITIES:
+    setattr(rnn, _name, getattr(_recurrent, _name))
+rnn.__all__ = list(_recurrent.SEQUENCE_UTILITIES)
+_sys.modules[rnn.__name__] = rnn   # ``from tapejit.nn.utils.rnn import pad_sequence``

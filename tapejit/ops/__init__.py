@@ -4,7 +4,16 @@ from tapejit.ops import (  # noqa: F401
     unary,
     binary,
     movement,
+    views,
+    indexing,
+    join,
     reduce,
     linalg,
     activation,
+    conv,
+    pool,
+    norm,
+    rnn,
 )
+from tapejit.ops import special, linalg_small, linalg_dense  # noqa: F401,E402
+from tapejit.ops import indexed  # noqa: F401,E402

@@ -12,9 +12,8 @@ slower than NumPy's loops).
 """
 import numpy as np
 from numba import types
-from numba.extending import overload
 
-from tapejit._jit import helper
+from tapejit._jit import helper, overloaded
 
 
 @helper
@@ -96,7 +95,7 @@ def tanh(x):
     return np.tanh(x)
 
 
-@overload(tanh)
+@overloaded(tanh)
 def _tanh_compiled(x):
     if x != types.float32:
         return lambda x: np.tanh(x)

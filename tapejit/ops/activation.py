@@ -165,3 +165,49 @@ def log_softmax(input, dim=None, dtype=None):
 def binary_cross_entropy_elementwise(input, target):
     """The unreduced loss of ``nn.functional.binary_cross_entropy``, which checks its inputs."""
     return record_binary(BINARY_CROSS_ENTROPY, input, target)
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+@derivative(SOFTMAX, LOG_SOFTMAX)
+def _d_softmax(c):
+    outer, length, inner = (c.int(c.p + i) for i in range(3))
+    shape = (outer, length, inner)
+    g = _f.shaped(c.g, shape)
+    y = c.out(shape)
+    if c.q == 1:   # log_softmax: g - softmax * sum(g)
+        if g._tape is None:
+            # A constant g (cross-entropy's): its sum in NumPy, as an eager sum record
+            # would run the compiled forward mid-walk (~200 us, flushing the walk's records).
+            v = g._value()
+            total = _concrete(v.sum(1, keepdims=True, dtype=np.float64).astype(v.dtype))
+        else:
+            total = g.sum(1, keepdim=True)
+        return (g - tj.exp(y) * total, None)
+    gy = g * y
+    return (gy - y * gy.sum(1, keepdim=True), None)
+
+
+@derivative(BINARY_CROSS_ENTROPY)
+def _d_binary_cross_entropy(c):
+    """torch's: g (x - t) / max((1 - x) x, eps) and -log(x / (1 - x)) g; inputs outside
+    [0, 1] (NaN gradients in the rule) raise."""
+    x, t = _f.binary_operands(c)
+    xv, tv = np.broadcast_arrays(_f.value(x), _f.value(t))
+    if not (np.all((xv >= 0) & (xv <= 1)) and np.all((tv >= 0) & (tv <= 1))):
+        raise _f.refuse(c, "an input or target outside [0, 1]")
+    eps = 9.999999960041972e-13
+    small = (1.0 - xv) * xv < eps
+    if small.any():
+        raise _f.refuse(c, "an input within 1e-12 of 0 or 1 (the clamped denominator)")
+    gx = c.g * (x - t) / ((1.0 - x) * x) if c.wants_a else None
+    gt = -tj.log(x / (1.0 - x)) * c.g if c.wants_b else None
+    return _f.pair(c, gx, gt)

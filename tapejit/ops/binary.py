@@ -10,8 +10,8 @@ raise, as PyTorch (NumPy would give 0).
 import numpy as np
 
 from tapejit._jit import rule
-from tapejit.registry import define_binary
-from tapejit.samples import binary_samples, anywhere, positive, away_from_zero
+from tapejit.registry import define_binary, names
+from tapejit.samples import binary_samples, cases, anywhere, positive, away_from_zero
 
 
 @rule
@@ -30,7 +30,8 @@ def add_grad_y(x, y, z, g):
 
 
 ADD = define_binary("add", "AddBackward0", add_value, add_grad_x, add_grad_y, saves=False,
-                    vectorized=True, samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y))
+                    vectorized=True, samples=binary_samples("add", anywhere, fn=lambda tj, x, y: x + y),
+                    names=names("add", in_place="method", written=True))
 
 
 @rule
@@ -44,7 +45,8 @@ def sub_grad_y(x, y, z, g):
 
 
 SUB = define_binary("sub", "SubBackward0", sub_value, add_grad_x, sub_grad_y, saves=False,
-                    vectorized=True, samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y))
+                    vectorized=True, samples=binary_samples("sub", anywhere, fn=lambda tj, x, y: x - y),
+                    names=names("sub", "subtract", in_place="method", written=True))
 
 
 @rule
@@ -62,8 +64,31 @@ def mul_grad_y(x, y, z, g):
     return g * x
 
 
-MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y,
-                    vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y))
+MUL = define_binary("mul", "MulBackward0", mul_value, mul_grad_x, mul_grad_y, saved="AB",
+                    vectorized=True, samples=binary_samples("mul", anywhere, fn=lambda tj, x, y: x * y),
+                    names=names("mul", "multiply", in_place="method", written=True))
+
+
+@rule
+def copy_value(x, y):
+    return y
+
+
+@rule
+def copy_grad_x(x, y, z, g):
+    return 0.0   # the overwritten value's gradient: an exact zero, even for an infinite g
+
+
+@rule
+def copy_grad_y(x, y, z, g):
+    return g
+
+
+# ``copy_`` into a recorded tensor, or from one that requires grad: ``y``, with ``x`` still
+# in the graph (``x * 0 + y`` would turn an infinite x or gradient into NaN).
+COPY = define_binary("copy", "CopyBackwards", copy_value, copy_grad_x, copy_grad_y, saves=False,
+                     samples=cases(("copy", lambda tj, x, y: (x * 1).copy_(y), [(3, 4), (3, 4)], anywhere),
+                                   ("copy_expanded", lambda tj, x, y: (x * 1).copy_(y), [(3, 4), (4,)], anywhere)))
 
 
 @rule
@@ -78,11 +103,12 @@ def div_grad_x(x, y, z, g):
 
 @rule
 def div_grad_y(x, y, z, g):
-    return -g * x / (y * y)
+    return -g * ((x / y) / y)   # torch's order: x / x gives gradients that cancel exactly
 
 
-DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y,
-                    vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y))
+DIV = define_binary("div", "DivBackward0", div_value, div_grad_x, div_grad_y, saved="Ab",
+                    vectorized=True, samples=binary_samples("div", anywhere, away_from_zero, fn=lambda tj, x, y: x / y),
+                    names=names("div", "divide", "true_divide", in_place="method", written=True))
 
 
 @rule
@@ -104,8 +130,9 @@ def pow_grad_y(x, y, z, g):
     return g * z * np.log(x)
 
 
-POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y,
-                    samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y))
+POW = define_binary("pow", "PowBackward1", pow_value, pow_grad_x, pow_grad_y, saved="abo",
+                    samples=binary_samples("pow", positive, anywhere, fn=lambda tj, x, y: x ** y),
+                    names=names("pow", in_place="method", written=True))
 
 
 @rule
@@ -138,7 +165,8 @@ def maximum_grad_y(x, y, z, g):
 
 
 MAXIMUM = define_binary("maximum", "MaximumBackward0", maximum_value, maximum_grad_x, maximum_grad_y,
-                        samples=binary_samples("maximum", away_from_zero))
+                        samples=binary_samples("maximum", away_from_zero),
+                        names=names("maximum", written=True))
 
 
 @rule
@@ -167,7 +195,8 @@ def minimum_grad_y(x, y, z, g):
 
 
 MINIMUM = define_binary("minimum", "MinimumBackward0", minimum_value, minimum_grad_x, minimum_grad_y,
-                        samples=binary_samples("minimum", away_from_zero))
+                        samples=binary_samples("minimum", away_from_zero),
+                        names=names("minimum", written=True))
 
 
 # clamp with a tensor bound (x, bound): PyTorch's value, NaN from either, and its masks: the
@@ -253,7 +282,8 @@ _DIVIDENDS, _DIVISORS = _modulo_inputs(lambda rng, shape: rng.choice([-1.0, 1.0]
 
 REMAINDER = define_binary("remainder", "RemainderBackward1", remainder_value, add_grad_x, remainder_grad_y,
                           samples=binary_samples("remainder", _DIVIDENDS, _DIVISORS,
-                                                 fn=lambda tj, x, y: tj.remainder(x, y)))
+                                                 fn=lambda tj, x, y: tj.remainder(x, y)),
+                          names=names("remainder", written=True))
 
 
 @rule
@@ -267,7 +297,8 @@ def fmod_grad_y(x, y, z, g):
 
 
 FMOD = define_binary("fmod", "FmodBackward1", fmod_value, add_grad_x, fmod_grad_y,
-                     samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)))
+                     samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)),
+                     names=names("fmod", written=True))
 
 
 # ---- front ends ---------------------------------------------------------------------------
@@ -277,9 +308,10 @@ from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.api import export, is_operand  # noqa: E402
 from tapejit.inplace import in_place  # noqa: E402
 from tapejit.ops import unary as _u  # noqa: E402
-from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype  # noqa: E402
+from tapejit.recording import record_binary, record_unary, as_tensor_operand, result_dtype, name_composite  # noqa: E402
 from tapejit.registry import same_kernels as _same  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
+from tapejit.tape import state as _state  # noqa: E402
 
 SUB_SCALAR = _same("sub_scalar", "SubBackward0", _u.ADD_SCALAR,
                    samples=lambda rng: [(f"sub_scalar{list(s)}", lambda tj, x: x - 1.5, [rng.uniform(-2, 2, s)])
@@ -306,11 +338,6 @@ def _int_result(t, c):
     return not t._dtype.is_floating_point and isinstance(c, _numbers.Integral)
 
 
-def _scalar_fast(op, t, c):
-    """``tensor op python_float`` on a float tensor: the common case, straight to the tape."""
-    return record_unary(op, t, float(c))
-
-
 def _int64_scalar(name, c):
     """An integer scalar for NumPy's int64 arithmetic.  torch reads one in [2**63, 2**64) as
     uint64 wrapped to a negative int64 (so its ``x < 2**63`` is False) and refuses the rest;
@@ -321,9 +348,19 @@ def _int64_scalar(name, c):
     return c
 
 
+def _int_scalar(name, t, c):
+    """An integer scalar operand of integer tensor ``t``: torch computes in ``t``'s dtype,
+    so a value past a narrower type's range wraps into it (``int8 + 300`` is ``int8 + 44``)."""
+    c = _int64_scalar(name, c)
+    dt = t._dtype
+    if dt is _dtypes.int64 or dt is _dtypes.bool_:
+        return c
+    return np.array(c, np.int64).astype(dt.np)[()]
+
+
 def _scalar_op(op, t, c, numpy_fn):
     if _int_result(t, c):
-        return _concrete(np.asarray(numpy_fn(t._value(), _int64_scalar(op.name.removesuffix("_scalar"), c))))
+        return _concrete(np.asarray(numpy_fn(t._value(), _int_scalar(op.name.removesuffix("_scalar"), t, c))))
     return record_unary(op, t, float(c))
 
 
@@ -341,8 +378,15 @@ def _commutative_operator(tensor_op, scalar_op, numpy_fn, general):
     return operator
 
 
+def _number_first(input, other):
+    """torch.add(2, t) and the like: torch takes a Python number as the first operand."""
+    return input if isinstance(input, Tensor) else as_tensor_operand(
+        input, other if isinstance(other, Tensor) else None)
+
+
 @export(method=True)
 def add(input, other, alpha=1):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
@@ -354,13 +398,14 @@ def add(input, other, alpha=1):
 
 @export(method=True, dunders=("__sub__",))
 def sub(input, other, alpha=1):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         if alpha != 1:
             other = mul(other, alpha)
         return record_binary(SUB, input, other, np.subtract)
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(input._value() - _int64_scalar("sub", other * alpha)))
+            return _concrete(np.asarray(input._value() - _int_scalar("sub", input, other * alpha)))
         return record_unary(SUB_SCALAR, input, -float(other) * alpha)
     return sub(input, as_tensor_operand(other, input), alpha)
 
@@ -372,7 +417,7 @@ export(sub, name="subtract", method=True)
 def rsub(input, other, alpha=1):
     if _is_scalar(other):
         if _int_result(input, other):
-            return _concrete(np.asarray(_int64_scalar("rsub", other) - input._value()))
+            return _concrete(np.asarray(_int_scalar("rsub", input, other) - input._value()))
         if alpha != 1:
             input = mul(input, alpha)
         return record_unary(_u.RSUB_SCALAR, input, float(other))
@@ -381,6 +426,7 @@ def rsub(input, other, alpha=1):
 
 @export(method=True)
 def mul(input, other):
+    input = _number_first(input, other)
     if isinstance(other, Tensor):
         return record_binary(MUL, input, other, np.multiply)
     if _is_scalar(other):
@@ -420,6 +466,7 @@ _ROUNDED = {"floor": (np.floor_divide, np.floor_divide),
 
 @export(method=True, dunders=("__truediv__",))
 def div(input, other, rounding_mode=None):
+    input = _number_first(input, other)
     if rounding_mode is not None:
         if rounding_mode not in _ROUNDED:
             raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
@@ -451,6 +498,10 @@ export(div, name="true_divide", method=True)
 @export(function=False, dunders=("__rtruediv__",))
 def rdiv(input, other):
     if _is_scalar(other):
+        if input._dtype.narrow:   # torch's ``reciprocal() * other``: the reciprocal rounded first
+            with np.errstate(divide="ignore"):
+                inverse = np.float32(1) / input._value().astype(np.float32)
+            return record_unary(_u.MUL_SCALAR, _concrete(_dtypes.narrow_values(inverse, input._dtype)), float(other))
         return record_unary(_u.RDIV_SCALAR, input, float(other))
     return div(as_tensor_operand(other, input), input)
 
@@ -532,10 +583,28 @@ def minimum(input, other):
 
 # ---- comparisons and logic: values only, never gradients ---------------------------------
 
+def _narrow_operands(input, other, x, y):
+    """A comparison's operands in the narrow float dtype torch compares them in: a number
+    or a 0-d float32 tensor against a bfloat16 tensor is rounded to bfloat16 first (NumPy
+    does so for float16 arrays and Python numbers, not for bfloat16's float32 storage)."""
+    if isinstance(other, Tensor):
+        dt = result_dtype(input, other)
+    elif _is_scalar(other) and not isinstance(other, bool):
+        dt = input._dtype
+    else:
+        return x, y
+    if not dt.narrow:
+        return x, y
+    return _dtypes.narrow_values(x, dt), _dtypes.narrow_values(y, dt)
+
+
 def _compare(name, fn):
     def compare(input, other):
+        x = input._value()
         y = other._value() if isinstance(other, Tensor) else other
-        return _concrete(np.asarray(fn(input._value(), y)))
+        if input._dtype.narrow or (isinstance(other, Tensor) and other._dtype.narrow):
+            x, y = _narrow_operands(input, other, x, y)
+        return _concrete(np.asarray(fn(x, y)))
     compare.__name__ = compare.__qualname__ = name
     return compare
 
@@ -598,6 +667,39 @@ export(in_place("sub_", sub), method=True, function=False, dunders=("__isub__",)
 export(in_place("mul_", mul), method=True, function=False, dunders=("__imul__",))
 export(in_place("div_", div), method=True, function=False, dunders=("__itruediv__",))
 export(in_place("pow_", pow), method=True, function=False, dunders=("__ipow__",))
+export(in_place("square_", square), method=True, function=False)
+for _fn in (fmod, remainder, floor_divide):
+    export(in_place(_fn.__name__ + "_", _fn), method=True, function=False)
+
+
+@export(method=True)
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 * tensor2``, rounded in torch's order (node AddcmulBackward0)."""
+    product = mul(mul(tensor1, value) if value != 1 else tensor1, tensor2)
+    return name_composite(add(input, product), "AddcmulBackward0", input, tensor1, tensor2)
+
+
+@export(method=True)
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 / tensor2``, rounded in torch's order (node AddcdivBackward0)."""
+    if all(isinstance(t, Tensor) and not t._dtype.is_floating_point for t in (tensor1, tensor2)):
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future  release addcdiv "
+                           "will perform a true division of tensor1 and tensor2. The historic addcdiv behavior can "
+                           "be implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+                           "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
+                           "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
+                           "for all dtypes.")
+    quotient = div(mul(tensor1, value) if value != 1 else tensor1, tensor2)
+    return name_composite(add(input, quotient), "AddcdivBackward0", input, tensor1, tensor2)
+
+
+export(in_place("addcmul_", addcmul), method=True, function=False)
+export(in_place("addcdiv_", addcdiv), method=True, function=False)
+
+
+# torch's in-place forms of the aliases (Tensor.subtract_, ...): no function forms, as torch
+for _alias, _fn in (("subtract", sub), ("multiply", mul), ("divide", div), ("true_divide", div)):
+    export(in_place(_alias + "_", _fn), method=True, function=False)
 
 
 @export(method=True, function=False)
@@ -607,15 +709,39 @@ def zero_(input):
 
 @export(method=True, function=False)
 def fill_(input, value):
-    from tapejit.inplace import apply_inplace, check_leaf, note_leaf_write
+    from tapejit.inplace import apply_inplace, check_leaf, note_write, shares_root_memory
     check_leaf(input, "fill_")
     if isinstance(value, Tensor):
         value = value.item()
-    if input._tape is None and getattr(input, "_view", None) is None:
-        note_leaf_write(input)   # refused while tracing for a tensor from outside the function
+    if input._tape is None and (getattr(input, "_view", None) is None or shares_root_memory(input)):
+        note_write(input)   # refused while tracing for a tensor from outside the function
         input._data.fill(value)
         return input
-    return apply_inplace(input, lambda: input * 0.0 + value, "fill_")
+    return apply_inplace(input, lambda: record_unary(_u.FILL, input, float(value)), "fill_")
+
+
+def _partly_overlapping(a, b):
+    """torch's ``get_overlap_status(a, b)`` is ``Partial`` (copy_ refuses then): ``a`` and
+    ``b`` share elements of one storage, both dense, and are not the same range with the
+    same strides.  An exact alias is fine, and so is a tensor that is not dense (torch's
+    "too hard": no check)."""
+    from tapejit.inplace import _root, root_positions
+    from tapejit.ops.views import torch_strides
+    if not a._numel or not b._numel:
+        return False
+    if _root(a) is not _root(b):
+        return (a._tape is None and b._tape is None and _root(a)._tape is None and _root(b)._tape is None
+                and a._data is not b._data and np.may_share_memory(a._data, b._data)
+                and np.shares_memory(a._data, b._data))
+    begins = []
+    for p in (root_positions(a)[1], root_positions(b)[1]):
+        first = int(p.min())
+        if int(p.max()) - first + 1 != p.size or np.unique(p).size != p.size:
+            return False
+        begins.append(first)
+    if begins[0] == begins[1] and a._numel == b._numel:
+        return torch_strides(a) != torch_strides(b)
+    return begins[0] < begins[1] + b._numel and begins[1] < begins[0] + a._numel
 
 
 @export(method=True, function=False)
@@ -624,9 +750,126 @@ def copy_(input, src, non_blocking=False):
     from tapejit.recording import expand as _expand_to
     check_leaf(input, "copy_")
     src = as_tensor_operand(src, input)
+    if src is not input and _partly_overlapping(input, src):
+        raise RuntimeError(
+            "copy_: unsupported operation: some elements of the input tensor and the written-to tensor "
+            "refer to a single memory location. Please clone() the tensor before performing the operation.")
 
     def copied():
-        value = _expand_to(src, input._shape) if src._shape != input._shape else src
-        # A recorded tensor stays in its graph (its old value gets zero gradient), as in torch.
-        return input * 0.0 + value if input._tape is not None else value
+        # A recorded tensor stays in its graph (its old value gets zero gradient), as in torch,
+        # and one that takes a value requiring grad joins it.
+        if input._dtype.is_floating_point and (input._tape is not None or (src._rg and _state.grad)):
+            return record_binary(COPY, input, src)
+        return _expand_to(src, input._shape) if src._shape != input._shape else src
     return apply_inplace(input, copied, "copy_")
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+@derivative(ADD)
+def _d_add(c):
+    return _f.pair(c, c.g, c.g)
+
+
+derivative(SUB_SCALAR)(_u._d_identity)   # x - c runs add_scalar's kernels
+
+
+@derivative(SUB)
+def _d_sub(c):
+    return _f.pair(c, c.g, -c.g)
+
+
+@derivative(MUL)
+def _d_mul(c):
+    x, y = _f.binary_operands(c)
+    return _f.pair(c, c.g * y if c.wants_a else None, c.g * x if c.wants_b else None)
+
+
+@derivative(COPY)
+def _d_copy(c):
+    return _f.pair(c, c.g * 0.0 if c.wants_a else None, c.g)
+
+
+@derivative(DIV)
+def _d_div(c):
+    x, y = _f.binary_operands(c)
+    gx = c.g / y
+    return _f.pair(c, gx, -gx * x / y if c.wants_b else None)
+
+
+@derivative(POW)
+def _d_pow(c):
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    gx = gy = None
+    if c.wants_a:
+        gx = _f.where(yv == 0.0, 0.0, c.g * y * x ** (y - 1.0))
+    if c.wants_b:
+        with np.errstate(divide="ignore"):
+            gy = _f.where((xv == 0.0) & (yv >= 0.0), 0.0 * c.g, c.g * c.out() * tj.log(x))
+    return _f.pair(c, gx, gy)
+
+
+def _d_extreme(c, larger):
+    """maximum/minimum: the larger (smaller) operand gets g, ties split it (PyTorch's)."""
+    x, y = _f.binary_operands(c)
+    xv, yv = np.broadcast_arrays(_f.value(x), _f.value(y))
+    x_wins = xv > yv if larger else xv < yv
+    y_wins = yv > xv if larger else yv < xv
+    tie = xv == yv
+    gx = _f.where(x_wins, c.g, _f.where(tie, c.g * 0.5, 0.0)) if c.wants_a else None
+    gy = _f.where(y_wins, c.g, _f.where(tie, c.g * 0.5, 0.0)) if c.wants_b else None
+    return _f.pair(c, gx, gy)
+
+
+@derivative(MAXIMUM)
+def _d_maximum(c):
+    return _d_extreme(c, True)
+
+
+@derivative(MINIMUM)
+def _d_minimum(c):
+    return _d_extreme(c, False)
+
+
+@derivative(CLAMP_MIN_TENSOR)
+def _d_clamp_min_tensor(c):
+    x, y = _f.binary_operands(c)
+    keep = np.broadcast_arrays(_f.value(x), _f.value(y))
+    keep = keep[0] >= keep[1]
+    return _f.pair(c, _f.where(keep, c.g, 0.0), _f.where(keep, 0.0, c.g))
+
+
+@derivative(CLAMP_MAX_TENSOR)
+def _d_clamp_max_tensor(c):
+    x, y = _f.binary_operands(c)
+    keep = np.broadcast_arrays(_f.value(x), _f.value(y))
+    keep = keep[0] <= keep[1]
+    return _f.pair(c, _f.where(keep, c.g, 0.0), _f.where(keep, 0.0, c.g))
+
+
+@derivative(REMAINDER, REMAINDER_SCALAR)
+def _d_remainder(c):
+    x, y = _f.binary_operands(c)
+    with np.errstate(all="ignore"):
+        quotient = np.floor_divide(*np.broadcast_arrays(_f.value(x), _f.value(y)))
+    return _f.pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+@derivative(FMOD, FMOD_SCALAR)
+def _d_fmod(c):
+    x, y = _f.binary_operands(c)
+    with np.errstate(all="ignore"):
+        quotient = np.trunc(np.divide(*np.broadcast_arrays(_f.value(x), _f.value(y))))
+    return _f.pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+# lerp is recorded as its last step, an add (``same_kernels`` of ADD)

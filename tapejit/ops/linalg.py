@@ -114,7 +114,7 @@ LINEAR_NO_BIAS = same_kernels(
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
-from tapejit.recording import on_tape, eager, encode_operand  # noqa: E402
+from tapejit.recording import on_tape, eager, encode_operand, name_composite  # noqa: E402
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -248,7 +248,9 @@ def outer(input, vec2):
     x, y, dt = _prepare(input, vec2)
     if len(x._shape) != 1 or len(y._shape) != 1:
         raise RuntimeError("outer: expected 1D tensors")
-    return _bmm(MM, x, y, 1, x._shape[0], 1, y._shape[0], (x._shape[0], y._shape[0]))
+    # torch's outer is a broadcast product (node MulBackward0)
+    return name_composite(_bmm(MM, x, y, 1, x._shape[0], 1, y._shape[0], (x._shape[0], y._shape[0])),
+                          "MulBackward0", input, vec2)
 
 
 export(outer, name="ger", method=True)
@@ -284,3 +286,38 @@ def linear(input, weight, bias=None):
         out = record(LINEAR, (input, weight), (m, n), dt, p, 0, listed_rg=bias._rg and _state.grad)
     # Other input ranks: torch views the 2-D product back to the batch shape (ViewBackward0).
     return out if len(xs) == 2 else out.reshape(xs[:-1] + (n,))
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(bmm_forward)
+def _d_bmm(c):
+    batch, m, k, n = (c.int(c.p + i) for i in range(4))
+    g = _f.shaped(c.g, (batch, m, n))
+    ga = gb = None
+    if c.wants_a:
+        ga = tj.matmul(g, c.y(batch * k * n, (batch, k, n)).transpose(1, 2))
+    if c.wants_b:
+        gb = tj.matmul(c.x(batch * m * k, (batch, m, k)).transpose(1, 2), g)
+    return (ga, gb)
+
+
+@derivative(linear_forward)
+def _d_linear(c):
+    m, k, n, has_bias, bias = (c.int(c.p + i) for i in range(5))
+    g = _f.shaped(c.g, (m, n))
+    result = []
+    if c.wants_a:
+        result.append((c.a, tj.matmul(g, c.y(n * k, (n, k)))))
+    if c.wants_b:
+        result.append((c.b, tj.matmul(g.t(), c.x(m * k, (m, k)))))
+    if has_bias and c.wants(bias):
+        result.append((bias, g.sum(0)))
+    return result

@@ -1,5 +1,7 @@
 """Ops that move elements without arithmetic: copies of ranges, strided views, expand,
-gathers by index, concatenation, and where.
+gathers by index, concatenation, and where; their kernels and op table entries.  The
+front ends that record them: ``views.py`` (reshape, permute, expand, ...), ``indexing.py``
+(``x[key]``, gather, index_select, where) and ``join.py`` (cat, stack, split, ...).
 
 PyTorch's views become materialised copies here: each result owns its slot, so the
 sweep's per-slot adjoints stay simple, and every gradient is the transpose of the copy
@@ -50,7 +52,7 @@ def _t(tj, x):
 
 
 RESHAPE = define_kernel("reshape", "ViewBackward0", copy_range_forward, copy_range_backward, saves=False,
-                        operands=1, group="copy",
+                        operands=1, group="copy", runs="copy",
                         samples=cases(("reshape", lambda tj, x: x.reshape(4, 3), [(3, 4)], anywhere),
                                       ("view", lambda tj, x: x.view(-1), [(3, 4)], anywhere),
                                       ("flatten", lambda tj, x: x.flatten(), [(2, 3, 2)], anywhere)))
@@ -118,6 +120,29 @@ def strided_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     idx = np.zeros(nd, np.int64)
     pos = base
     o = out
+    summed = False   # an expand: each source element sums many terms, in float64 (float32's
+    for k in range(nd):   # running sum over 10^5 terms drifts by 1e-5 relative; torch's does not)
+        if strides[k] == 0 and sizes[k] > 1:
+            summed = True
+    if summed:
+        size = ints[p + 2]
+        total = np.zeros(size, np.float64)
+        for _ in range(outer):
+            for j in range(inner):
+                total[pos - a + j * step] += g[o + j]
+            o += inner
+            d = nd - 2
+            while d >= 0:
+                idx[d] += 1
+                pos += strides[d]
+                if idx[d] < sizes[d]:
+                    break
+                pos -= strides[d] * sizes[d]
+                idx[d] = 0
+                d -= 1
+        for i in range(size):
+            g[a + i] += total[i]
+        return
     for _ in range(outer):
         for j in range(inner):
             g[pos + j * step] += g[o + j]
@@ -178,7 +203,7 @@ INDEX = define_kernel("index", "IndexBackward0", gather_forward, gather_backward
                       samples=cases(("int_array", lambda tj, x: x[np.array([0, 2, 2])], [(4, 3)], anywhere),
                                     ("mask", lambda tj, x: x[np.array([True, False, True, True])], [(4,)], anywhere),
                                     ("pair", lambda tj, x: x[[0, 1], [2, 0]], [(3, 3)], anywhere)))
-GATHER = same_kernels("gather", "GatherBackward0", INDEX,
+GATHER = same_kernels("gather", "GatherBackward0", INDEX, saves=True, saved="a",   # torch keeps self
                       samples=cases(("gather", lambda tj, x: tj.gather(x, 1, tj.tensor([[0, 0], [1, 0]])),
                                      [(2, 3)], anywhere)))
 INDEX_SELECT = same_kernels("index_select", "IndexSelectBackward0", INDEX,
@@ -274,845 +299,72 @@ WHERE = define_kernel("where", "WhereBackward0", where_forward, where_backward, 
                                     ("where_b", lambda tj, x, y: tj.where(x > 0, x, y), [(3, 4), (4,)], anywhere)))
 
 
-# ---- front ends ---------------------------------------------------------------------------
-from tapejit import dtypes as _dtypes  # noqa: E402
-from tapejit.api import export  # noqa: E402
-from tapejit.recording import (record, encode_operand, contiguous_strides, broadcast_shapes,  # noqa: E402
-                               result_dtype, cast as _cast, float_input, as_tensor_operand)
-from tapejit.recording import expand as _expand  # noqa: E402
-from tapejit.shapes import numel as _numel, wrap_dim as _wrap_dim  # noqa: E402
-from tapejit.tape import state as _state, current as _current, pack_record as _pack  # noqa: E402
-from tapejit.recording import operand as _operand, on_tape, eager  # noqa: E402
-from tapejit.tensor import Tensor, _concrete, _taped  # noqa: E402
-
-
-def _plain(t):
-    """A tensor whose shape ops can be NumPy views (no tape, no gradient wanted): torch
-    aliasing, also for a parameter's views under ``no_grad``.  While tracing, only the
-    trace's own tensors: one from outside is loaded (read live)."""
-    return (t._tape is None and (not t._rg or not _state.grad)
-            and (_state.trace is None or id(t) in _state.trace.readable))
-
-
-# A view of a recorded tensor is a record of its own (a copy on the tape), so it carries
-# ``_view = (base, where, stamp)`` for in-place ops to write through to its base
-# (tapejit/inplace.py): ``where`` is the first element for a contiguous view, or
-# ``(sizes, strides, start)``; ``stamp`` is ``(base._tape, base._off, version)`` when the
-# view was taken (version None: not read), which tells whether the base changed since.
-# Views of tensors with no history are NumPy views instead (``_plain``), sharing memory.
-
-#: ``_view`` of a row from iterating a tensor (``unbind``), which torch refuses to modify in place
-ONE_OF_SEVERAL = "unbind"
-
-
-def _viewed(t, x, where):
-    t._view = (x, where, (x._tape, x._off, None))
-    return t
-
-
-def view_positions(base, where, shape):
-    """Flat positions in ``base`` of a view's elements, in the view's shape."""
-    if type(where) is int:
-        return np.arange(where, where + _numel(shape), dtype=np.int64).reshape(shape)
-    sizes, strides, start = where
-    flat = np.arange(max(base._numel, 1), dtype=np.int64)
-    return np.lib.stride_tricks.as_strided(flat[start:], shape=sizes,
-                                           strides=[s * flat.itemsize for s in strides]).copy()
-
-
-def view_again(base, where, shape):
-    """The view ``where`` of ``base`` as it is now."""
-    if type(where) is int:
-        return _copy_range(SLICE, base, where, _numel(shape), shape)
-    sizes, strides, start = where
-    return strided_view(STRIDED_SLICE, base, sizes, strides, start)
-
-
-def _copy_range(op, x, start, n, shape):
-    """Record ``x``'s elements ``start .. start+n`` as a tensor of ``shape`` (hot path)."""
-    rg = x._rg and _state.grad
-    if not rg and not _state.eager:
-        return _range_view(eager(_copy_range, op, x, start, n, shape), op, x, start)
-    tape = _state.tape or _current()
-    dt = x._dtype
-    xo = x._off if x._tape is tape else _operand(tape, x, dt)
-    d = dt.arena
-    cur = tape.cursor
-    off = cur[d]
-    cur[d] = off + (n or 1)
-    # Tape.append, inlined: this runs once per recorded op.
-    r = tape.n
-    if r == tape.cap:
-        tape.grow()
-    _pack(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
-    tape.n = r + 1
-    tape.groups |= op.bit
-    return _range_view(_taped(tape, off, shape, n, dt, rg), op, x, start)
-
-
-def _range_view(t, op, x, start):
-    """``t``, the elements from ``start`` of ``x``, marked as a view unless it is a clone."""
-    if op is UNBIND:
-        t._view = ONE_OF_SEVERAL
-        return t
-    return t if op is CLONE else _viewed(t, x, start)
-
-
-def _rows(x):
-    """``unbind(x, 0)`` as a list: one copy record per row (the scalar graphs' hot path:
-    iterating a tensor)."""
-    shape = x._shape
-    rows = shape[0]
-    inner = x._numel // rows if rows else 0
-    if not (x._rg and _state.grad) or _state.eager:
-        return [_copy_range(UNBIND, x, i * inner, inner, shape[1:]) for i in range(rows)]
-    tape = _state.tape or _current()
-    dt = x._dtype
-    d = dt.arena
-    xo = x._off if x._tape is tape else _operand(tape, x, dt)
-    rest = shape[1:]
-    size = x._numel or 1
-    code = UNBIND.opcode * 2 + d
-    cur = tape.cursor
-    out = []
-    for i in range(rows):
-        off = cur[d]
-        cur[d] = off + (inner or 1)
-        r = tape.n
-        if r == tape.cap:
-            tape.grow()
-        _pack(tape.packed, r * 48, code, off, xo, ~(i * inner), inner, size)
-        tape.n = r + 1
-        t = _taped(tape, off, rest, inner, dt, True)
-        t._view = ONE_OF_SEVERAL   # a constant: no allocation in the scalar graphs' hot path
-        out.append(t)
-    tape.groups |= UNBIND.bit
-    return out
-
-
-def strided_view(op, x, sizes, strides, start):
-    """Materialise the view of ``x`` given by element ``sizes``/``strides``/``start``."""
-    if _plain(x):
-        arr = np.lib.stride_tricks.as_strided(
-            x._data.reshape(-1)[start:], shape=sizes,
-            strides=[s * x._dtype.itemsize for s in strides]) if x._numel else np.zeros(sizes, x._dtype.np)
-        return _concrete(np.ascontiguousarray(arr) if op is EXPAND else arr)
-    if not sizes:
-        return _copy_range(op, x, start, 1, ())
-    where = (tuple(sizes), tuple(strides), start)
-    if not on_tape(x):
-        return _viewed(eager(strided_view, op, x, sizes, strides, start), x, where)
-    tape = _state.tape or _current()
-    nd = len(sizes)
-    p = tape.add_ints((nd, start, max(x._numel, 1)) + tuple(sizes) + tuple(strides))
-    return _viewed(record(op, (x,), sizes, x._dtype, p, _numel(sizes)), x, where)
-
-
-def _resolve_shape(shape, n, op):
-    shape = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else list(shape)
-    shape = [int(s) for s in shape]
-    if shape.count(-1) > 1:
-        raise RuntimeError(f"{op}: only one dimension can be inferred")
-    if -1 in shape:
-        rest = _numel([s for s in shape if s != -1])
-        if rest == 0 or n % rest:
-            raise RuntimeError(f"{op}: shape '{shape}' is invalid for input of size {n}")
-        shape[shape.index(-1)] = n // rest
-    if _numel(shape) != n:
-        raise RuntimeError(f"{op}: shape '{list(shape)}' is invalid for input of size {n}")
-    return tuple(shape)
-
-
-def _reshaped(x, shape, op=RESHAPE):
-    if shape == x._shape and op is not CLONE:
-        return x
-    if _plain(x):
-        return _concrete(x._data.reshape(shape))
-    return _copy_range(op, x, 0, x._numel, shape)
-
-
-@export(method=True)
-def reshape(input, *shape):
-    return _reshaped(input, _resolve_shape(shape, input._numel, "reshape"))
-
-
-@export(method=True, function=False)
-def view(input, *shape):
-    if len(shape) == 1 and isinstance(shape[0], (_dtypes.dtype, type, np.dtype)):
-        return _bits_as(input, _dtypes.as_dtype(shape[0]))
-    return _reshaped(input, _resolve_shape(shape, input._numel, "view"))
-
-
-_TORCH_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
-
-
-def _bits_as(input, dt):
-    """``view(dtype)``: the same bytes read as ``dt`` (no gradient), as torch; the last
-    dimension scales when the element sizes differ."""
-    if dt is input._dtype:
-        return input
-    old, new = input._dtype.itemsize, dt.itemsize
-    names = f"{_TORCH_NAMES[input._dtype.name]} as {_TORCH_NAMES[dt.name]}"
-    if old != new:
-        if not input._shape:
-            raise RuntimeError(f"view: self.dim() cannot be 0 to view {names} (different element sizes)")
-        if (input._shape[-1] * old) % new:
-            raise RuntimeError(f"view: self.size(-1) must be divisible by {new // old} to view {names} "
-                               f"(different element sizes), but got {input._shape[-1]}")
-    bits = np.ascontiguousarray(input._value()).view(dt.np)
-    return _concrete(bits if _plain(input) else bits.copy())   # a tape's slots are reused
-
-
-@export(method=True, function=False)
-def view_as(input, other):
-    return view(input, other._shape)
-
-
-@export(method=True, function=False)
-def reshape_as(input, other):
-    return reshape(input, other._shape)
-
-
-@export(method=True)
-def flatten(input, start_dim=0, end_dim=-1):
-    nd = len(input._shape)
-    if nd == 0:
-        return _reshaped(input, (1,))
-    s = _wrap_dim(start_dim, nd, "flatten")
-    e = _wrap_dim(end_dim, nd, "flatten")
-    if s > e:
-        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
-    shape = input._shape[:s] + (_numel(input._shape[s:e + 1]),) + input._shape[e + 1:]
-    return _reshaped(input, shape)
-
-
-@export(method=True)
-def unflatten(input, dim, sizes):
-    shape = input._shape
-    if not shape:
-        raise RuntimeError(f"unflatten: Dimension specified as {dim} but tensor has no dimensions")
-    d = _wrap_dim(dim, len(shape), "unflatten")
-    if not isinstance(sizes, (tuple, list)):
-        raise TypeError(f"unflatten(): argument 'sizes' (position 2) must be tuple of ints, not "
-                        f"{type(sizes).__name__}")
-    inner = []
-    for i, s in enumerate(sizes):
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer, Tensor)):
-            raise TypeError(f"unflatten(): argument 'sizes' (position 2) must be tuple of ints, but found "
-                            f"element of type {type(s).__name__} at pos {i}")
-        inner.append(s.__index__())
-    if not inner:
-        raise RuntimeError("unflatten: sizes must be non-empty")
-    if inner.count(-1) > 1:
-        raise RuntimeError("unflatten: only one dimension can be inferred")
-    for i, s in enumerate(inner):
-        if s < -1:
-            raise RuntimeError(f"unflatten: invalid shape dimension {s} at index {i} of shape {inner}")
-    n = shape[d]
-    known = _numel([s for s in inner if s != -1])
-    if -1 in inner:
-        if n == 0 and known == 0:
-            raise RuntimeError(f"unflatten: cannot reshape tensor of 0 elements into shape {inner} because the "
-                               f"unspecified dimension size -1 can be any value and is ambiguous")
-        fits = known != 0 and n % known == 0
-    else:
-        fits = known == n
-    if not fits:
-        raise RuntimeError(f"unflatten: Provided sizes {inner} don't multiply up to the size of dim {d} ({n}) "
-                           f"in the input tensor")
-    if -1 in inner:
-        inner[inner.index(-1)] = n // known
-    return _reshaped(input, shape[:d] + tuple(inner) + shape[d + 1:])
-
-
-@export(method=True)
-def squeeze(input, dim=None):
-    shape = input._shape
-    if dim is None:
-        new = tuple(s for s in shape if s != 1)
-    else:
-        dims = {_wrap_dim(d, len(shape), "squeeze") for d in ((dim,) if isinstance(dim, int) else dim)}
-        new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
-    return _reshaped(input, new, SQUEEZE if dim is None else SQUEEZE_DIM)
-
-
-@export(method=True)
-def unsqueeze(input, dim):
-    nd = len(input._shape)
-    d = _wrap_dim(dim, nd + 1, "unsqueeze")
-    return _reshaped(input, input._shape[:d] + (1,) + input._shape[d:], UNSQUEEZE)
-
-
-@export(method=True)
-def permute(input, *dims):
-    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-    nd = len(input._shape)
-    if len(dims) != nd:
-        raise RuntimeError(
-            f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
-            f"of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal to len(dims) = {len(dims)}")
-    order = [_wrap_dim(d, nd, "permute") for d in dims]
-    if sorted(order) != list(range(nd)):
-        raise RuntimeError("permute(): duplicate dims are not allowed.")
-    return _permuted(input, order, PERMUTE)
-
-
-def _permuted(x, order, op):
-    if order == list(range(len(order))):
-        return x
-    strides = contiguous_strides(x._shape)
-    return strided_view(op, x, tuple(x._shape[d] for d in order), tuple(strides[d] for d in order), 0)
-
-
-@export(method=True)
-def transpose(input, dim0, dim1):
-    nd = len(input._shape)
-    if nd == 0:
-        return input
-    a = _wrap_dim(dim0, nd, "transpose")
-    b = _wrap_dim(dim1, nd, "transpose")
-    order = list(range(nd))
-    order[a], order[b] = order[b], order[a]
-    return _permuted(input, order, TRANSPOSE)
-
-
-export(transpose, name="swapaxes", method=True)
-
-
-@export(method=True)
-def t(input):
-    if len(input._shape) > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
-    if len(input._shape) < 2:
-        return input
-    return _permuted(input, [1, 0], TRANSPOSE_2D)
-
-
-Tensor.T = property(lambda self: _permuted(self, list(range(len(self._shape)))[::-1], PERMUTE))
-Tensor.mT = property(lambda self: transpose(self, -2, -1))
-
-
-@export(method=True, function=False)
-def expand(input, *sizes):
-    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    return _expand(input, sizes)
-
-
-@export(method=True, function=False)
-def expand_as(input, other):
-    return _expand(input, other._shape)
-
-
-@export(method=True)
-def broadcast_to(input, size):
-    return _expand(input, tuple(size))
-
-
-@export()
-def broadcast_tensors(*tensors):
-    shape = ()
-    for t_ in tensors:
-        shape = broadcast_shapes("broadcast_tensors", shape, t_._shape)
-    return tuple(_expand(t_, shape) for t_ in tensors)
-
-
-@export(method=True)
-def clone(input, memory_format=None):
-    if _plain(input):
-        return _concrete(input._data.copy())
-    return _copy_range(CLONE, input, 0, input._numel, input._shape)
-
-
-@export(method=True, function=False)
-def repeat(input, *sizes):
-    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    if len(sizes) < len(input._shape):
-        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of "
-                           "dimensions of tensor")
-    shape = (1,) * (len(sizes) - len(input._shape)) + input._shape
-    # (s0, s1) -> (1, s0, 1, s1) -> expanded to (r0, s0, r1, s1) -> (r0*s0, r1*s1)
-    spaced = tuple(v for s in shape for v in (1, s))
-    expanded = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
-    return _reshaped(_expand(_reshaped(input, spaced), expanded),
-                     tuple(r * s for r, s in zip(sizes, shape)))
-
-
-# ---- indexing --------------------------------------------------------------------------
-
-def _is_basic(key):
-    return all(k is None or k is Ellipsis or isinstance(k, (int, slice, np.integer)) and not isinstance(k, bool)
-               for k in key)
-
-
-def _is_contiguous(sizes, strides):
-    """True when a view's elements are one contiguous run in order (size-1 dims ignored)."""
-    expected = 1
-    for size, stride in zip(reversed(sizes), reversed(strides)):
-        if size == 0:
-            return True
-        if size != 1:
-            if stride != expected:
-                return False
-            expected *= size
-    return True
-
-
-def _is_int(k):
-    return isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-
-
-def _torch_index(array, key):
-    """``array[key]`` with torch's rule where it differs from NumPy's: integers mixed with
-    index arrays select first, like basic indexing, and the arrays index what is left."""
-    if any(_is_int(k) for k in key) and not all(_is_int(k) or k is None or k is Ellipsis
-                                                or isinstance(k, slice) for k in key):
-        first = tuple(k if _is_int(k) or k is None or k is Ellipsis else slice(None) for k in key)
-        rest = tuple(slice(None) if k is None else k for k in key if not _is_int(k))
-        return array[first][rest]
-    return array[key]
-
-
-def _index_positions(shape, key):
-    """Flat source positions selected by ``key``."""
-    grid = np.arange(_numel(shape), dtype=np.int64).reshape(shape)
-    try:
-        return _torch_index(grid, key)
-    except IndexError as e:
-        raise IndexError(f"index: {e} (tensor of shape {list(shape)})") from None
-
-
-def _norm_key(key):
-    key = key if isinstance(key, tuple) else (key,)
-    out = []
-    for k in key:
-        if isinstance(k, Tensor):
-            v = k._value()
-            k = int(v) if v.ndim == 0 and v.dtype.kind in "iu" else v
-        elif isinstance(k, list):
-            k = np.asarray(k._value() if isinstance(k, Tensor) else [e._value() if isinstance(e, Tensor) else e for e in k])
-        out.append(k)
-    return tuple(out)
-
-
-def _basic_view(x, key):
-    """sizes, strides, start (in elements) of the basic-indexing view ``x[key]``: ints,
-    slices, ``None`` and one ``...``, with NumPy's (and torch's) rules."""
-    shape = x._shape
-    strides = contiguous_strides(shape)
-    used = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if used > len(shape):
-        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
-    sizes_out = []
-    strides_out = []
-    start = 0
-    d = 0
-    seen_ellipsis = False
-    for k in key:
-        if k is Ellipsis:
-            if seen_ellipsis:
-                raise IndexError("an index can only have a single ellipsis ('...')")
-            seen_ellipsis = True
-            for _ in range(len(shape) - used):
-                sizes_out.append(shape[d])
-                strides_out.append(strides[d])
-                d += 1
-        elif k is None:
-            sizes_out.append(1)
-            strides_out.append(0)
-        elif isinstance(k, slice):
-            lo, hi, step = k.indices(shape[d])
-            if step <= 0 and k.step is not None and k.step == 0:
-                raise ValueError("slice step cannot be zero")
-            sizes_out.append(len(range(lo, hi, step)))
-            strides_out.append(strides[d] * step)
-            start += lo * strides[d] if sizes_out[-1] else 0
-            d += 1
-        else:
-            i = int(k)
-            size = shape[d]
-            if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {size}")
-            start += (i % size) * strides[d]
-            d += 1
-    while d < len(shape):
-        sizes_out.append(shape[d])
-        strides_out.append(strides[d])
-        d += 1
-    return tuple(sizes_out), tuple(strides_out), start
-
-
-@export(function=False, dunders=("__getitem__",))
-def getitem(input, key):
-    shape = input._shape
-    if type(key) is int and shape and not _plain(input):
-        n0 = shape[0]
-        if not -n0 <= key < n0:
-            raise IndexError(f"index {key} is out of bounds for dimension 0 with size {n0}")
-        inner = input._numel // n0 if n0 else 0
-        return _copy_range(SELECT, input, (key % n0) * inner, inner, shape[1:])
-    if type(key) is slice and shape and not _plain(input) and key.step in (None, 1):
-        lo, hi, _ = key.indices(shape[0])
-        rows = hi - lo if hi > lo else 0
-        inner = input._numel // shape[0] if shape[0] else 0
-        return _copy_range(SLICE, input, lo * inner if rows else 0, rows * inner, (rows,) + shape[1:])
-    key = _norm_key(key)
-    if _plain(input):
-        if not any(k is Ellipsis for k in key):
-            key = key + (Ellipsis,)  # NumPy then returns a 0-d view, not a scalar copy
-        try:
-            return _concrete(np.asarray(_torch_index(input._data, key)))
-        except IndexError as e:
-            raise IndexError(str(e).replace("axis", "dimension")) from None
-    if _is_basic(key):
-        sizes, strides, start = _basic_view(input, key)
-        if _is_contiguous(sizes, strides):
-            op = SELECT if len(sizes) < len(shape) else SLICE
-            if sizes == shape:
-                op = RESHAPE
-            return _copy_range(op, input, start, _numel(sizes), tuple(sizes))
-        return strided_view(STRIDED_SLICE, input, tuple(sizes), tuple(strides), start)
-    pos = _index_positions(shape, key)
-    return _gather(INDEX, input, pos)
-
-
-def _gather(op, x, positions):
-    if not on_tape(x):
-        return eager(_gather, op, x, positions)
-    tape = _state.tape or _current()
-    flat = positions.reshape(-1)
-    p = tape.add_ints([flat.size, max(x._numel, 1)] + flat.tolist())
-    return record(op, (x,), positions.shape, x._dtype, p, flat.size)
-
-
-@export(function=False, dunders=("__setitem__",))
-def setitem(input, key, value):
-    from tapejit.inplace import check_leaf, note_leaf_write
-    check_leaf(input, "setitem")
-    key = _norm_key(key)
-    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
-        note_leaf_write(input)
-        input._data[key] = v
-        return
-    assign_positions(input, _index_positions(input._shape, key), value)
-
-
-def assign_positions(input, pos, value):
-    """``input.flatten()[pos] = value``, recorded like ``setitem`` (``pos``: flat positions
-    in the shape ``value`` is broadcast to)."""
-    from tapejit.inplace import apply_inplace, note_leaf_write
-    if _plain(input) and not (isinstance(value, Tensor) and value._rg and _state.grad):
-        v = value._value() if isinstance(value, Tensor) else value
-        note_leaf_write(input)
-        input._data.flat[pos.reshape(-1)] = np.broadcast_to(v, pos.shape).reshape(-1)
-        return
-    value = as_tensor_operand(value, input)
-    if value._dtype is not input._dtype:
-        value = _cast(value, input._dtype)
-    vals = _expand(value, pos.shape) if value._shape != pos.shape else value
-    source = np.zeros(max(input._numel, 1), np.int64)
-    mask = np.zeros(input._numel, bool)
-    flat = pos.reshape(-1)
-    source[flat] = np.arange(flat.size)
-    mask[flat] = True
-    picked = _gather(INDEX, _reshaped(vals, (flat.size,)) if vals._shape != (flat.size,) else vals,
-                     source[:input._numel].reshape(input._shape))
-    apply_inplace(input, lambda: where(_concrete(mask.reshape(input._shape)), picked, input), "setitem")
-
-
-# ---- gather, index_select ----------------------------------------------------------------
-
-class IndexOutOfRange(IndexError, RuntimeError):
-    """An index out of range in ``index_select``: torch raises ``IndexError`` or
-    ``RuntimeError`` for it depending on the dim and the kernel it picks, so this is both."""
-
-
-def _index_values(op, index, allowed):
-    """The values of an index tensor, refusing float and bool indices as torch does (cast
-    to int they would silently pick other elements)."""
-    if not isinstance(index, Tensor):
-        raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
-    idx = index._value()
-    if idx.dtype.kind not in "iu" or idx.dtype == np.uint64:
-        raise RuntimeError(f"{op}(): Expected dtype {allowed} for index (got {index._dtype.name} indices)")
-    return idx.astype(np.int64, copy=False)
-
-
-@export(method=True)
-def gather(input, dim, index):
-    d = _wrap_dim(dim, len(input._shape), "gather")
-    idx = _index_values("gather", index, "int32/int64")
-    shape = input._shape
-    if max(idx.ndim, 1) != max(len(shape), 1):   # torch takes 0-d for 1-D, both ways
-        raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
-                           f"(index {list(idx.shape)}, input {list(shape)})")
-    if len(shape) <= 1:
-        shape, idx = (shape[0] if shape else 1,), idx.reshape(-1)
-    for k, (i, s) in enumerate(zip(idx.shape, shape)):
-        if k != d and i > s:
-            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(idx.shape)} to be no "
-                               f"larger than self {list(input._shape)} apart from dimension {d}")
-    size = shape[d]
-    bad = (idx < 0) | (idx >= size)
-    if bad.any():   # NumPy would wrap a negative index
-        raise RuntimeError(f"gather(): index {idx[bad].reshape(-1)[0]} is out of bounds for dimension {d} "
-                           f"with size {size}")
-    # Index dims other than d may be shorter than the input's: torch reads the leading part.
-    grid = np.arange(input._numel, dtype=np.int64).reshape(shape)
-    grid = grid[tuple(slice(None) if k == d else slice(0, i) for k, i in enumerate(idx.shape))]
-    pos = np.take_along_axis(grid, idx, axis=d).reshape(index._shape)
-    if _plain(input):
-        return _concrete(input._data.reshape(-1)[pos])
-    return _gather(GATHER, input, pos)
-
-
-@export(method=True)
-def index_select(input, dim, index):
-    d = _wrap_dim(dim, len(input._shape), "index_select")
-    idx = _index_values("index_select", index, "int32 or int64")
-    if idx.ndim > 1:
-        raise IndexError(f"index_select(): Index is supposed to be a vector (got an index of shape "
-                         f"{list(idx.shape)})")
-    idx = idx.reshape(-1)
-    size = input._shape[d] if input._shape else 1
-    bad = (idx < 0) | (idx >= size)
-    if bad.any():   # NumPy would wrap a negative index
-        raise IndexOutOfRange(f"index_select(): index out of range in self (index {idx[bad][0]} for dim {d} "
-                              f"of size {size}, input of shape {list(input._shape)})")
-    grid = np.arange(input._numel, dtype=np.int64).reshape(input._shape)
-    pos = np.take(grid, idx, axis=d) if input._shape else grid.reshape(1)[idx].reshape(())
-    if _plain(input):
-        return _concrete(input._data.reshape(-1)[pos])
-    return _gather(INDEX_SELECT, input, pos)
-
-
-# ---- cat, stack, split, chunk, unbind ----------------------------------------------------
-
-def _joined(op, tensors, dim, stack):
-    tensors = list(tensors)
-    if not tensors:
-        raise RuntimeError(f"{op.name}(): expected a non-empty list of Tensors")
-    dt = tensors[0]._dtype
-    for x in tensors[1:]:
-        dt = _dtypes.promote(dt, x._dtype)
-    first = tensors[0]._shape
-    if stack:
-        for i, x in enumerate(tensors):
-            if not isinstance(x, Tensor):
-                raise TypeError(f"stack(): expected a sequence of Tensors, got {type(x).__name__}")
-            if x._shape != first:
-                raise RuntimeError(
-                    f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and "
-                    f"{list(x._shape)} at entry {i}")
-        d = _wrap_dim(dim, len(first) + 1, "stack")
-        out_shape = first[:d] + (len(tensors),) + first[d:]
-        inner = [_numel(first[d:])] * len(tensors)
-        outer = _numel(first[:d])
-    else:
-        tensors = [x for x in tensors if not (x._shape == (0,))] or tensors[:1]
-        first = tensors[0]._shape
-        if not first:
-            raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
-        d = _wrap_dim(dim, len(first), "cat")
-        total = 0
-        inner = []
-        for i, x in enumerate(tensors):
-            s = x._shape
-            if len(s) != len(first) or s[:d] != first[:d] or s[d + 1:] != first[d + 1:]:
-                raise RuntimeError(
-                    f"cat(): Sizes of tensors must match except in dimension {d}. Expected size "
-                    f"{list(first)} but got size {list(s)} for tensor number {i} in the list.")
-            total += s[d]
-            inner.append(_numel(s[d:]))
-        out_shape = first[:d] + (total,) + first[d + 1:]
-        outer = _numel(first[:d])
-    if not dt.is_floating_point or not (_state.eager or (_state.grad and any(x._rg for x in tensors))):
-        arrays = [x._value().astype(dt.np, copy=False) for x in tensors]
-        return _concrete(np.stack(arrays, d) if stack else np.concatenate(arrays, d))
-    tape = _state.tape or _current()
-    fields = [len(tensors), outer]
-    rg = False
-    for x, n in zip(tensors, inner):
-        if x._dtype is not dt:
-            x = _cast(x, dt)
-        enc = encode_operand(tape, x, dt)
-        rg = rg or enc >= 0
-        fields += [enc, n]
-    p = tape.add_ints(fields)
-    return record(op, (), out_shape, dt, p, _numel(out_shape), listed_rg=rg)
-
-
-@export()
-def cat(tensors, dim=0):
-    return _joined(CAT, tensors, dim, stack=False)
-
-
-export(cat, name="concat")
-export(cat, name="concatenate")
-
-
-@export()
-def stack(tensors, dim=0):
-    if dim == 0:
-        fast = _stack_taped(tensors)
-        if fast is not None:
-            return fast
-    return _joined(STACK, tensors, dim, stack=True)
-
-
-def _stack_taped(tensors):
-    """``stack(dim=0)`` of same-shape float tensors already on this tape (the scalar
-    graphs' hot path); ``None`` when the general path is needed."""
-    tape = _state.tape
-    if tape is None or not tensors or not _state.grad:
-        return None
-    first = tensors[0]
-    dt = first._dtype
-    shape = first._shape
-    n = first._numel
-    grad = _state.grad
-    fields = [len(tensors), 1]
-    rg = False
-    for x in tensors:
-        if type(x) is not Tensor or x._tape is not tape or x._dtype is not dt or x._shape != shape:
-            return None
-        if grad and x._rg:
-            fields += (x._off, n)
-            rg = True
-        else:
-            fields += (~x._off, n)
-    total = n * len(tensors)
-    d = dt.arena
-    p = tape.add_ints(fields)
-    cur = tape.cursor
-    off = cur[d]
-    cur[d] = off + (total or 1)
-    tape.append(STACK.opcode * 2 + d, off, -1, -1, p, total)
-    tape.groups |= STACK.bit
-    return _taped(tape, off, (len(tensors),) + shape, total, dt, rg)
-
-
-@export()
-def hstack(tensors):
-    return cat(tensors, 0 if len(tensors[0]._shape) == 1 else 1)
-
-
-@export()
-def vstack(tensors):
-    return cat([x if len(x._shape) > 1 else x.reshape(1, -1) for x in tensors], 0)
-
-
-def _slice_dim(x, dim, start, stop, op=SLICE):
-    key = (slice(None),) * dim + (slice(start, stop),)
-    if dim == 0 and not _plain(x):
-        inner = _numel(x._shape[1:])
-        return _copy_range(op, x, start * inner, (stop - start) * inner, (stop - start,) + x._shape[1:])
-    return getitem(x, key)
-
-
-@export(method=True)
-def split(tensor, split_size_or_sections, dim=0):
-    d = _wrap_dim(dim, len(tensor._shape), "split")
-    size = tensor._shape[d]
-    if isinstance(split_size_or_sections, int):
-        step = split_size_or_sections
-        if step <= 0:
-            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
-        bounds = list(range(0, size, step)) + [size]
-    else:
-        sections = list(split_size_or_sections)
-        if sum(sections) != size:
-            raise RuntimeError(
-                f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
-                f"dimension {d}), but got split_sizes={sections}")
-        bounds = [0]
-        for s in sections:
-            bounds.append(bounds[-1] + s)
-    return tuple(_slice_dim(tensor, d, a, b) for a, b in zip(bounds[:-1], bounds[1:]))
-
-
-@export(method=True)
-def chunk(input, chunks, dim=0):
-    d = _wrap_dim(dim, len(input._shape), "chunk")
-    size = input._shape[d]
-    step = max(1, -(-size // chunks))
-    return split(input, step, d)
-
-
-@export(method=True)
-def unbind(input, dim=0):
-    shape = input._shape
-    d = _wrap_dim(dim, len(shape), "unbind")
-    if _plain(input):
-        return tuple(_concrete(a) for a in np.moveaxis(input._data, d, 0))
-    if d == 0:
-        return tuple(_rows(input))
-    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
-
-
-# ---- masked_fill ----------------------------------------------------------------------------
-
-@export(method=True)
-def masked_fill(input, mask, value):
-    """``input`` with ``value`` where ``mask`` is True (``mask`` broadcasts to ``input``'s
-    shape); the gradient goes to ``input`` elsewhere, and to a 0-d tensor ``value``."""
-    m = mask._value() if isinstance(mask, Tensor) else np.asarray(mask)
-    if m.dtype != np.bool_:
-        raise RuntimeError(f"masked_fill: only supports boolean masks, but got mask with dtype "
-                           f"{_dtypes.as_dtype(m.dtype).name if m.dtype.kind in 'fiub' else m.dtype}")
-    if isinstance(value, Tensor) and value._shape:
-        raise RuntimeError(f"masked_fill: only supports a 0-dimensional value tensor, but got tensor "
-                           f"with {len(value._shape)} dimension(s).")
-    if broadcast_shapes("masked_fill", m.shape, input._shape) != input._shape:
-        raise RuntimeError(f"masked_fill: the mask's shape {list(m.shape)} does not broadcast to the "
-                           f"input's shape {list(input._shape)}")
-    out = where(_concrete(m), value, input)
-    return out if out._dtype is input._dtype else _cast(out, input._dtype)
-
-
-@export(method=True, function=False)
-def masked_fill_(input, mask, value):
-    from tapejit.inplace import apply_inplace
-    return apply_inplace(input, lambda: masked_fill(input, mask, value), "masked_fill_")
-
-
-# ---- where --------------------------------------------------------------------------------
-
-@export(method=False)
-def where(condition, input=None, other=None):
-    cond = condition._value() if isinstance(condition, Tensor) else np.asarray(condition)
-    if input is None and other is None:
-        return tuple(_concrete(i.astype(np.int64)) for i in np.nonzero(cond))
-    x = as_tensor_operand(input, other if isinstance(other, Tensor) else None)
-    y = as_tensor_operand(other, x)
-    dt = result_dtype(x, y)
-    shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape, x._shape), y._shape)
-    if not dt.is_floating_point or (_plain(x) and _plain(y)):
-        return _concrete(np.where(cond, x._value(), y._value()).astype(dt.np))
-    x = float_input(x) if x._dtype is not dt else x
-    y = float_input(y) if y._dtype is not dt else y
-    if x._dtype is not dt:
-        x = _cast(x, dt)
-    if y._dtype is not dt:
-        y = _cast(y, dt)
-    if x._shape != shape:
-        x = _expand(x, shape)
-    if y._shape != shape:
-        y = _expand(y, shape)
-    c = np.broadcast_to(cond, shape).reshape(-1).astype(np.int64)
-    if not on_tape(x, y):
-        return eager(_where_record, x, y, c, shape, dt)
-    return _where_record(x, y, c, shape, dt)
-
-
-def _where_record(x, y, c, shape, dt):
-    tape = _state.tape or _current()
-    p = tape.add_ints([c.size] + c.tolist())
-    return record(WHERE, (x, y), shape, dt, p, c.size)
-
-
-def _where_method(self, condition, other):
-    return where(condition, self, other)
-
-
-Tensor.where = _where_method
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+
+@derivative(copy_range_forward)
+def _d_copy_range(c):
+    start, count, size = ~c.b, c.p, c.q
+    if start == 0 and count == size:
+        return (c.g, None)
+    # zeros, g, zeros: contiguous copies (a cat), cheaper than a scatter of every position
+    parts = [c.g]
+    if start:
+        parts.insert(0, _f.zeros(start, c.dt))
+    if size - start - count:
+        parts.append(_f.zeros(size - start - count, c.dt))
+    return (tj.cat(parts), None)
+
+
+def _d_strided_positions(ints, p):
+    nd = int(ints[p])
+    start = int(ints[p + 1])
+    sizes = ints[p + 3:p + 3 + nd]
+    strides = ints[p + 3 + nd:p + 3 + 2 * nd]
+    pos = np.full(tuple(int(s) for s in sizes), start, np.int64)
+    for d in range(nd):
+        shape = [1] * nd
+        shape[d] = int(sizes[d])
+        pos = pos + (np.arange(int(sizes[d])) * int(strides[d])).reshape(shape)
+    return pos.reshape(-1), int(ints[p + 2])
+
+
+@derivative(strided_forward)
+def _d_strided(c):
+    positions, size = _d_strided_positions(c.tape.ints, c.p)
+    return (_f.scatter_add(c.g, positions, size), None)
+
+
+@derivative(gather_forward)
+def _d_gathered(c):
+    positions = c.ints(c.p + 2, c.q)
+    return (_f.scatter_add(c.g, positions, c.int(c.p + 1)), None)
+
+
+@derivative(cat_forward)
+def _d_cat(c):
+    k, outer = c.int(c.p), c.int(c.p + 1)
+    inners = [c.int(c.p + 3 + 2 * j) for j in range(k)]
+    total = sum(inners)
+    g = _f.shaped(c.g, (outer, total))
+    result = []
+    at = 0
+    for j, inner in enumerate(inners):
+        enc = c.int(c.p + 2 + 2 * j)
+        if c.wants(enc):
+            result.append((enc, g[:, at:at + inner]))
+        at += inner
+    return result
+
+
+@derivative(WHERE)
+def _d_where_op(c):
+    mask = c.ints(c.p + 1, c.q) != 0
+    return (_f.where(mask, c.g, 0.0) if c.wants_a else None,
+            _f.where(mask, 0.0, c.g) if c.wants_b else None)

@@ -19,6 +19,7 @@ import numpy as np
 from tapejit._jit import helper, kernel
 from tapejit.ops._kernel_helpers import acc, at, row_sum
 from tapejit.registry import define_kernel, same_kernels
+from tapejit.ops.movement import INDEX
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 
 
@@ -115,7 +116,7 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
 
 
 SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False, group="sum",
-                    operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
+                    runs="sum", block=SUM_BLOCK, operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
                                   ("sum_scalar", lambda tj, x: tj.sum(x), [()], anywhere)))
 SUM_DIM = same_kernels("sum_dim", "SumBackward1", SUM,
                        samples=cases(("sum0", lambda tj, x: x.sum(0), [(3, 4)], anywhere),
@@ -459,11 +460,12 @@ def var_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
                 acc(g, base + j * inner, d, ma)
 
 
-VAR = define_kernel("var", "VarBackward0", var_forward, var_backward, saved="ao", operands=1,
+# torch's VarBackward0 keeps self only, StdBackward0 its result too (the kernel reads it for std)
+VAR = define_kernel("var", "VarBackward0", var_forward, var_backward, saved="a", operands=1,
                     samples=cases(("var", lambda tj, x: x.var(), [(3, 4)], anywhere),
                                   ("var_dim", lambda tj, x: tj.var(x, 1, keepdim=True), [(3, 4)], anywhere),
                                   ("var_dims_c0", lambda tj, x: x.var((0, 2), correction=0), [(2, 3, 4)], anywhere)))
-STD = same_kernels("std", "StdBackward0", VAR,
+STD = same_kernels("std", "StdBackward0", VAR, saved="ao",
                    samples=cases(("std", lambda tj, x: x.std(), [(3, 4)], anywhere),
                                  ("std_dim", lambda tj, x: tj.std(x, 0), [(3, 4)], anywhere),
                                  ("std_unbiased0", lambda tj, x: x.std(-1, unbiased=False), [(2, 3, 4)], anywhere)))
@@ -480,6 +482,7 @@ from tapejit.tape import state as _state, current as _current  # noqa: E402
 from tapejit.tensor import _concrete  # noqa: E402
 from tapejit import dtypes as _dtypes  # noqa: E402
 from tapejit.dtypes import as_dtype as _as_dtype  # noqa: E402
+from tapejit.dtypes import SCALAR_TYPE_NAMES as _SCALAR_TYPE_NAMES  # noqa: E402
 
 AMIN = same_kernels("amin", "AminBackward0", AMAX,
                     samples=cases(("amin", lambda tj, x: x.amin(0, keepdim=True), [(3, 4)], distinct),
@@ -507,8 +510,10 @@ def _sum_like(op, x, dim, keepdim, scale_by_count, dtype=None):
         if scale_by_count:
             raise RuntimeError(
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
-                f"complex dtype. Got: {x._dtype.name.capitalize()}")
-        return _concrete(np.asarray(x._value().sum(axis=dims, keepdims=keepdim)))
+                f"complex dtype. Got: {_SCALAR_TYPE_NAMES[x._dtype.name]}")
+        # torch sums bool and every integer dtype as int64 (or the dtype asked for), wrapping past its range
+        total = x._value().sum(axis=dims, keepdims=keepdim, dtype=np.int64)
+        return _concrete(np.asarray(total if dtype is None else total.astype(x._dtype.np)))
     if not on_tape(x):
         return eager(_sum_like, op, x, dim, keepdim, scale_by_count)
     count = _numel([x._shape[d] for d in dims]) if x._shape else 1
@@ -550,7 +555,7 @@ def _along(op, x, dim, keepdim, q_value=None, q_flag=0.0, identity=False):
                              f"(input of shape {list(x._shape)}).")
     layout = axis_layout(x._shape, dims)
     if layout is None:
-        from tapejit.ops.movement import permute
+        from tapejit.ops.views import permute
         kept = [d for d in range(len(x._shape)) if d not in dims]
         x = permute(x, kept + list(dims))
         layout = axis_layout(x._shape, tuple(range(len(kept), len(x._shape))))
@@ -575,7 +580,6 @@ def amin(input, dim=(), keepdim=False):
 
 
 def _extreme(input, dim, keepdim, largest):
-    from tapejit.ops.movement import gather
     if dim is None:
         if not input._dtype.is_floating_point:
             v = input._value()
@@ -601,7 +605,7 @@ def _extreme(input, dim, keepdim, largest):
         if nan_rows.any():  # torch picks the NaN, NumPy's argmax/argmin need telling
             idx = np.where(nan_rows, np.argmax(np.isnan(v), axis=d), idx)
     idx_kept = np.expand_dims(np.asarray(idx, np.int64), d)
-    values = gather(input, d, _concrete(idx_kept))
+    values = _taken(MAX_DIM if largest else MIN_DIM, input, d, idx_kept)
     if keepdim:
         return return_types(values, _concrete(idx_kept))
     return return_types(values.squeeze(d), _concrete(idx_kept.squeeze(d)))
@@ -625,6 +629,18 @@ def min(input, dim=None, keepdim=False):
     return _extreme(input, dim, keepdim, False)
 
 
+# max/min along a dim, sort and topk: the chosen elements, by the gather kernels, under
+# torch's grad_fn names; the records keep no operand value (see _taken)
+MAX_DIM = same_kernels("max_dim", "MaxBackward0", INDEX, saves=False,
+                       samples=cases(("max_dim", lambda tj, x: tj.max(x, 1, keepdim=True)[0], [(3, 4)], distinct)))
+MIN_DIM = same_kernels("min_dim", "MinBackward0", INDEX, saves=False,
+                       samples=cases(("min_dim", lambda tj, x: x.min(0, keepdim=True).values, [(3, 4)], distinct)))
+SORT_VALUES = same_kernels("sort_values", "SortBackward0", INDEX, saves=False,
+                           samples=cases(("sort", lambda tj, x: tj.sort(x, 1)[0], [(3, 4)], distinct)))
+TOPK_VALUES = same_kernels("topk_values", "TopkBackward0", INDEX, saves=False,
+                           samples=cases(("topk", lambda tj, x: x.topk(2, 0).values, [(3, 4)], distinct)))
+
+
 def _order(input, dim, descending, op):
     """Indices sorting ``input`` along ``dim``, as torch: ties keep their order, NaN counts
     as the largest value.  Returns ``(dim, indices)``."""
@@ -641,18 +657,25 @@ def _order(input, dim, descending, op):
     return d, last - np.flip(np.argsort(np.flip(v, d), axis=d, kind="stable"), d)
 
 
-def _taken(input, d, idx):
-    """``input``'s elements at ``idx`` along ``d``: a gather, so the gradient flows back."""
-    from tapejit.ops.movement import gather
+def _taken(op, input, d, idx):
+    """``input``'s elements at ``idx`` along ``d``, recorded as ``op`` (the gather kernels,
+    keeping no operand value: torch's max/min/sort/topk save only the indices, so an
+    in-place change of the input after them leaves their gradient valid)."""
+    from tapejit.ops.indexing import _gather
+    from tapejit.ops.views import _plain
     if not input._shape:
         return input * 1 if input._dtype.is_floating_point else _concrete(input._value().copy())
-    return gather(input, d, _concrete(np.array(idx, np.int64)))
+    idx = np.asarray(idx, np.int64)
+    positions = np.take_along_axis(np.arange(input._numel, dtype=np.int64).reshape(input._shape), idx, axis=d)
+    if _plain(input):
+        return _concrete(input._value().reshape(-1)[positions])
+    return _gather(op, input, positions)
 
 
 @export(method=True)
 def sort(input, dim=-1, descending=False, stable=False):
     d, idx = _order(input, dim, descending, "sort")
-    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+    return return_types(_taken(SORT_VALUES, input, d, idx), _concrete(np.array(idx, np.int64)))
 
 
 @export(method=True)
@@ -669,12 +692,22 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
         raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {size} along dim {dim} "
                            f"of a tensor of shape {list(input._shape)})")
     idx = np.take(idx, np.arange(k), axis=d) if input._shape else idx
-    return return_types(_taken(input, d, idx), _concrete(np.array(idx, np.int64)))
+    return return_types(_taken(TOPK_VALUES, input, d, idx), _concrete(np.array(idx, np.int64)))
+
+
+def _check_arg_empty(name, input, dim):
+    """torch's IndexError for argmax/argmin over nothing (NumPy's is a ValueError)."""
+    if dim is None:
+        if input._numel == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    elif input._shape and input._shape[dim % len(input._shape)] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
 
 
 @export(method=True)
 def argmax(input, dim=None, keepdim=False):
     v = input._value()
+    _check_arg_empty("argmax", input, dim)
     if dim is None:
         return _concrete(np.asarray(np.argmax(v), np.int64))
     return _concrete(np.asarray(np.argmax(v, axis=dim, keepdims=keepdim), np.int64))
@@ -683,6 +716,7 @@ def argmax(input, dim=None, keepdim=False):
 @export(method=True)
 def argmin(input, dim=None, keepdim=False):
     v = input._value()
+    _check_arg_empty("argmin", input, dim)
     if dim is None:
         return _concrete(np.asarray(np.argmin(v), np.int64))
     return _concrete(np.asarray(np.argmin(v, axis=dim, keepdims=keepdim), np.int64))
@@ -692,8 +726,8 @@ def argmin(input, dim=None, keepdim=False):
 def prod(input, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = input.to(_as_dtype(dtype, "prod"))
-    if not input._dtype.is_floating_point:
-        return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim)))
+    if not input._dtype.is_floating_point:   # int64, as torch, whatever the integer dtype
+        return _concrete(np.asarray(input._value().prod(axis=dim, keepdims=keepdim, dtype=np.int64)))
     kind = 2.0 if not input._shape else 1.0 if dim is None else 0.0   # see prod_backward
     return _along(PROD if dim is None else PROD_DIM, input, dim, keepdim, kind, identity=True)
 
@@ -765,15 +799,130 @@ def any(input, dim=None, keepdim=False):
     return _concrete(np.asarray(v.any() if dim is None else v.any(axis=dim, keepdims=keepdim)))
 
 
-@export(method=True)
-def cumsum(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = input.to(_as_dtype(dtype, "cumsum"))
-    if input._rg:
-        raise NotImplementedError("tapejit: cumsum is not differentiable yet")
-    v = input._value()
-    # torch sums bools as int64; NumPy's cumsum of bools is the platform int
-    return _concrete(np.cumsum(v, axis=dim, dtype=np.int64 if v.dtype == np.bool_ else None))
-
-
 del _dtypes, _cast
+
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+from tapejit.ops import movement as _mov  # noqa: E402
+from tapejit.ops.views import strided_view  # noqa: E402
+from tapejit.tensor import _concrete  # noqa: E402
+
+
+@derivative(sum_forward)
+def _d_sum(c):
+    if c.p < 0:   # a chunk of a full sum (tapejit/chunked.py): ~p elements into one
+        return (_f.gather(c.g, np.zeros(~c.p, np.int64)), None)
+    ints = c.tape.ints
+    p = c.p
+    nd = int(ints[p])
+    sizes = [int(s) for s in ints[p + 2:p + 2 + nd]]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    scale = c.float(c.q)
+    g = c.g
+    if g._tape is None:
+        # A constant g (a loss's seed): scaled, then broadcast by NumPy, without an expand
+        # view's bookkeeping (~35 us); the copy is the tensor the expand would have made.
+        v = g._value().reshape(-1)
+        if scale != 1.0:
+            v = (v.astype(np.float64) * scale).astype(v.dtype)
+        return (_concrete(np.lib.stride_tricks.as_strided(
+            v, shape=sizes, strides=[int(s) * v.itemsize for s in ostrides]).copy()), None)
+    # input element idx reads g at sum(idx * ostrides): a strided view of g (an expand)
+    g = strided_view(_mov.EXPAND, g, tuple(sizes), tuple(int(s) for s in ostrides), 0)
+    return (g * scale if scale != 1.0 else g, None)
+
+
+def _d_along_axis(c):
+    """An (outer, length, inner) reduction: its input, result and gradient as 3-D tensors."""
+    outer, length, inner = (c.int(c.p + i) for i in range(3))
+    x = c.x(outer * length * inner, (outer, length, inner))
+    y = c.out((outer, 1, inner))
+    return x, y, _f.shaped(c.g, (outer, 1, inner))
+
+
+@derivative(prod_forward)
+def _d_prod(c):
+    if c.float(c.q) == 2.0:   # a 0-d input: its gradient is g
+        return (c.g, None)
+    x, y, g = _d_along_axis(c)
+    if not np.any(_f.value(x) == 0.0):
+        return (g * y / x, None)
+    # With zeros, each element's gradient is g times the product of the others: the
+    # slice repeated once per element, that element replaced by 1, and multiplied out.
+    outer, length, inner = x.shape
+    repeated = x.unsqueeze(1).expand(outer, length, length, inner)
+    eye = np.eye(length, dtype=bool).reshape(1, length, length, 1)
+    others = _f.where(np.broadcast_to(eye, (outer, length, length, inner)), 1.0, repeated).prod(2)
+    return (g * others, None)
+
+
+@derivative(LOGSUMEXP)
+def _d_logsumexp(c):
+    x, y, g = _d_along_axis(c)
+    if not np.all(np.isfinite(_f.value(y))):
+        raise _f.refuse(c, "an infinite result")
+    return (g * tj.exp(x - y), None)
+
+
+@derivative(amax_forward)
+def _d_amax(c):
+    """The gradient split evenly between the elements equal to the extreme (a constant
+    weight per element), as the rule does."""
+    x, y, g = _d_along_axis(c)
+    xv, yv = _f.value(x), _f.value(y)
+    if np.isnan(xv).any():
+        raise _f.refuse(c, "a NaN input")
+    ties = xv == yv
+    weights = ties / ties.sum(axis=1, keepdims=True)
+    return (g * _concrete(weights.astype(xv.dtype)), None)
+
+
+@derivative(var_forward)
+def _d_var(c):
+    """var: 2 / (n - correction) * g * (x - mean); std: var's with g / (2 std), 0 where
+    std is 0 (the rule's cases; the NaN/inf one of a reduction over too few raises)."""
+    x, y, g = _d_along_axis(c)
+    dof = x.shape[1] - c.float(c.q)
+    if dof <= 0.0:
+        raise _f.refuse(c, "n - correction <= 0")
+    if c.float(c.q + 1) >= 2.0:
+        at_zero = _f.value(y) == 0.0
+        safe = _f.where(at_zero, 1.0, y) if at_zero.any() else y
+        g = _f.where(at_zero, 0.0, g / (safe * 2.0)) if at_zero.any() else g / (y * 2.0)
+    return (g * (2.0 / dof) * (x - x.mean(1, keepdim=True)), None)
+
+
+@derivative(NORM)
+def _d_norm(c):
+    """The rule's cases: sgn(x) g for the 1-norm, g x / |x| for the 2-norm, g sgn(x)
+    |x|^(p-1) |x|_p^(1-p) for the others, zero where the norm is zero (and, p < 1, where
+    x is); the inf-norm's g split between the elements equal to it (constant weights)."""
+    order = c.float(c.q)
+    x, y, g = _d_along_axis(c)
+    xv, yv = _f.value(x), _f.value(y)
+    if np.isnan(xv).any():
+        raise _f.refuse(c, "a NaN input")
+    if order == 1.0:
+        return (g * tj.sign(x), None)
+    at_zero = np.broadcast_to(yv == 0.0, xv.shape)
+    safe_y = _f.where(yv == 0.0, 1.0, y) if at_zero.any() else y
+    if np.isinf(order):
+        hits = np.abs(xv) == yv
+        weights = hits / hits.sum(axis=1, keepdims=True)
+        return (g * tj.sign(x) * _concrete(weights.astype(xv.dtype)), None)
+    if order == 2.0:
+        d = g * x / safe_y
+    else:
+        masked = at_zero | (xv == 0.0) if order < 1.0 else at_zero
+        ax = tj.abs(x)
+        if order < 1.0 and masked.any():
+            ax = _f.where(xv == 0.0, 1.0, ax)
+        d = g * tj.sign(x) * ax ** (order - 1.0) * safe_y ** (1.0 - order)
+        at_zero = masked
+    return (_f.where(at_zero, 0.0, d) if at_zero.any() else d, None)

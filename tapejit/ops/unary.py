@@ -14,7 +14,7 @@ import numpy as np
 
 from tapejit._jit import rule
 from tapejit.ops._kernel_helpers import tanh as fast_tanh
-from tapejit.registry import define_unary
+from tapejit.registry import define_unary, names
 
 
 def define_arith(name, node, *args, **kwargs):
@@ -42,7 +42,9 @@ def neg_grad(x, y, g, c0, c1):
 
 
 NEG = define_arith("neg", "NegBackward0", neg_value, neg_grad, saves=False, vectorized=True,
-                   samples=unary_samples("neg", anywhere))
+                   samples=unary_samples("neg", anywhere),
+                   names=names("neg", "negative", in_place="function", numpy=("negative",), dunders=("__neg__",),
+                               integer=np.negative))
 
 
 @rule
@@ -58,6 +60,21 @@ def add_scalar_grad(x, y, g, c0, c1):
 ADD_SCALAR = define_arith("add_scalar", "AddBackward0", add_scalar_value, add_scalar_grad,
                           nconst=1, vectorized=True, saves=False,
                           operands=2, samples=unary_samples("add_scalar", anywhere, lambda tj, x: x + 1.5))
+
+
+@rule
+def fill_value(x, c0, c1):
+    return c0
+
+
+@rule
+def fill_grad(x, y, g, c0, c1):
+    return 0.0   # the old value's gradient: an exact zero, even for an infinite g (torch's)
+
+
+# ``fill_``/``zero_`` of a recorded tensor: the value, with the tensor still in the graph.
+FILL = define_arith("fill", "FillBackward2", fill_value, fill_grad, nconst=1, saves=False,
+                    samples=unary_samples("fill", anywhere, lambda tj, x: (x * 1).fill_(0.5)))
 
 
 @rule
@@ -115,9 +132,10 @@ def rdiv_scalar_grad(x, y, g, c0, c1):
     return -g * y / x
 
 
-# PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0.
+# PyTorch computes ``c / x`` as ``x.reciprocal() * c``, so its node is a MulBackward0, and
+# what it saves is the reciprocal, an intermediate no in-place op can reach.
 RDIV_SCALAR = define_arith("rdiv_scalar", "MulBackward0", rdiv_scalar_value, rdiv_scalar_grad,
-                           nconst=1, vectorized=True,
+                           nconst=1, vectorized=True, saved="",
                            operands=2, samples=unary_samples("rdiv_scalar", away_from_zero, lambda tj, x: 2.0 / x))
 
 
@@ -133,7 +151,9 @@ def square_grad(x, y, g, c0, c1):
 
 # ``x ** 2``, most of the powers people write, is an op of its own: x * x is exact and far
 # cheaper than pow, and a loop with no branch on the exponent vectorizes.
+# front end: binary.py's square (pow's scalar path)
 SQUARE = define_arith("square", "PowBackward0", square_value, square_grad, vectorized=True,
+                      names=names("square", written=True),
                       samples=lambda rng: (unary_samples("square", anywhere, lambda tj, x: x ** 2)(rng)
                                            + unary_samples("square_fn", anywhere, lambda tj, x: tj.square(x))(rng)))
 
@@ -172,7 +192,7 @@ def rpow_scalar_grad(x, y, g, c0, c1):
 
 
 RPOW_SCALAR = define_arith("rpow_scalar", "PowBackward2", rpow_scalar_value, rpow_scalar_grad,
-                           nconst=1, vectorized=True,
+                           nconst=1, vectorized=True, saved="ao",
                            samples=unary_samples("rpow_scalar", anywhere, lambda tj, x: 2.0 ** x))
 
 # ---- elementary functions ----------------------------------------------------------------
@@ -194,7 +214,9 @@ def abs_grad(x, y, g, c0, c1):
 
 
 ABS = define_unary("abs", "AbsBackward0", abs_value, abs_grad,
-                   samples=unary_samples("abs", away_from_zero))
+                   samples=unary_samples("abs", away_from_zero),
+                   names=names("abs", in_place="function", numpy=("absolute",), dunders=("__abs__",),
+                               integer=np.abs))
 
 
 @rule
@@ -213,7 +235,8 @@ def sign_grad(x, y, g, c0, c1):
 
 
 SIGN = define_unary("sign", "SignBackward0", sign_value, sign_grad, saves=False,
-                    samples=unary_samples("sign", away_from_zero))
+                    samples=unary_samples("sign", away_from_zero),
+                    names=names("sign", in_place="method", numpy=("sign",), integer=np.sign))
 
 
 @rule
@@ -226,7 +249,8 @@ def exp_grad(x, y, g, c0, c1):
     return g * y
 
 
-EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, saved="o", samples=unary_samples("exp", bounded))
+EXP = define_unary("exp", "ExpBackward0", exp_value, exp_grad, saved="o", samples=unary_samples("exp", bounded),
+                   names=names("exp", in_place="function", numpy=("exp",)))
 
 
 @rule
@@ -239,7 +263,8 @@ def log_grad(x, y, g, c0, c1):
     return g / x
 
 
-LOG = define_unary("log", "LogBackward0", log_value, log_grad, samples=unary_samples("log", positive))
+LOG = define_unary("log", "LogBackward0", log_value, log_grad, samples=unary_samples("log", positive),
+                   names=names("log", in_place="function", numpy=("log",)))
 
 
 @rule
@@ -253,7 +278,8 @@ def log1p_grad(x, y, g, c0, c1):
 
 
 LOG1P = define_unary("log1p", "Log1PBackward0", log1p_value, log1p_grad,
-                     samples=unary_samples("log1p", positive))
+                     samples=unary_samples("log1p", positive),
+                     names=names("log1p", in_place="function", special=("log1p",), numpy=("log1p",)))
 
 
 @rule
@@ -267,7 +293,8 @@ def expm1_grad(x, y, g, c0, c1):
 
 
 EXPM1 = define_unary("expm1", "Expm1Backward0", expm1_value, expm1_grad,
-                     saved="o", samples=unary_samples("expm1", bounded))
+                     saved="o", samples=unary_samples("expm1", bounded),
+                     names=names("expm1", in_place="function", special=("expm1",), numpy=("expm1",)))
 
 
 @rule
@@ -280,7 +307,8 @@ def sqrt_grad(x, y, g, c0, c1):
     return g / (2.0 * y)
 
 
-SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, saved="o", samples=unary_samples("sqrt", positive))
+SQRT = define_unary("sqrt", "SqrtBackward0", sqrt_value, sqrt_grad, saved="o", samples=unary_samples("sqrt", positive),
+                    names=names("sqrt", in_place="function", numpy=("sqrt",)))
 
 
 @rule
@@ -294,7 +322,7 @@ def rsqrt_grad(x, y, g, c0, c1):
 
 
 RSQRT = define_unary("rsqrt", "RsqrtBackward0", rsqrt_value, rsqrt_grad,
-                     saved="o", samples=unary_samples("rsqrt", positive))
+                     saved="o", samples=unary_samples("rsqrt", positive), names=names("rsqrt", in_place="function"))
 
 
 @rule
@@ -307,7 +335,8 @@ def sin_grad(x, y, g, c0, c1):
     return g * np.cos(x)
 
 
-SIN = define_unary("sin", "SinBackward0", sin_value, sin_grad, samples=unary_samples("sin", anywhere))
+SIN = define_unary("sin", "SinBackward0", sin_value, sin_grad, samples=unary_samples("sin", anywhere),
+                   names=names("sin", in_place="function", numpy=("sin",)))
 
 
 @rule
@@ -320,7 +349,8 @@ def cos_grad(x, y, g, c0, c1):
     return -g * np.sin(x)
 
 
-COS = define_unary("cos", "CosBackward0", cos_value, cos_grad, samples=unary_samples("cos", anywhere))
+COS = define_unary("cos", "CosBackward0", cos_value, cos_grad, samples=unary_samples("cos", anywhere),
+                   names=names("cos", in_place="function", numpy=("cos",)))
 
 
 @rule
@@ -333,7 +363,8 @@ def tan_grad(x, y, g, c0, c1):
     return g * (1.0 + y * y)
 
 
-TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, saved="o", samples=unary_samples("tan", bounded))
+TAN = define_unary("tan", "TanBackward0", tan_value, tan_grad, saved="o", samples=unary_samples("tan", bounded),
+                   names=names("tan", in_place="function", numpy=("tan",)))
 
 
 @rule
@@ -346,7 +377,8 @@ def tanh_grad(x, y, g, c0, c1):
     return g * (1.0 - y * y)
 
 
-TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, saved="o", samples=unary_samples("tanh", anywhere))
+TANH = define_activation("tanh", "TanhBackward0", tanh_value, tanh_grad, saved="o", samples=unary_samples("tanh", anywhere),
+                         names=names("tanh", in_place="function", numpy=("tanh",)))
 
 
 @rule
@@ -364,7 +396,8 @@ def sigmoid_grad(x, y, g, c0, c1):
 
 
 SIGMOID = define_activation("sigmoid", "SigmoidBackward0", sigmoid_value, sigmoid_grad,
-                       saved="o", samples=unary_samples("sigmoid", anywhere))
+                            saved="o", samples=unary_samples("sigmoid", anywhere),
+                            names=names("sigmoid", in_place="function", special=("expit",)))
 
 
 @rule
@@ -381,7 +414,8 @@ def relu_grad(x, y, g, c0, c1):
     return c0 if y <= 0 else g
 
 
-RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero))
+RELU = define_activation("relu", "ReluBackward0", relu_value, relu_grad, saved="o", samples=unary_samples("relu", away_from_zero),
+                         names=names("relu", in_place="function", integer=lambda v: np.maximum(v, 0)))
 
 
 @rule
@@ -415,7 +449,8 @@ def erf_grad(x, y, g, c0, c1):
     return g * 1.1283791670955126 * np.exp(-x * x)
 
 
-ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_samples("erf", anywhere))
+ERF = define_unary("erf", "ErfBackward0", erf_value, erf_grad, samples=unary_samples("erf", anywhere),
+                   names=names("erf", in_place="function", special=("erf",)))
 
 
 @rule
@@ -439,7 +474,9 @@ def clamp_grad(x, y, g, c0, c1):
     return 0.0
 
 
+# front ends written below: min and max are numbers or tensors
 CLAMP = define_activation("clamp", "ClampBackward1", clamp_value, clamp_grad, nconst=2,
+                          names=names("clamp", "clip", in_place="function", written=True),
                      samples=unary_samples("clamp", away_from_zero, lambda tj, x: tj.clamp(x, -0.5, 0.7)))
 
 
@@ -498,37 +535,12 @@ LEAKY_RELU = define_activation("leaky_relu", "LeakyReluBackward0", leaky_relu_va
 import numpy as _np  # noqa: E402
 
 from tapejit.api import argument_error, export  # noqa: E402
-from tapejit.inplace import in_place  # noqa: E402
-from tapejit.recording import record_unary  # noqa: E402
+from tapejit.ops._front_ends import generate  # noqa: E402
+from tapejit.recording import record_unary, name_composite  # noqa: E402
 from tapejit.tensor import Tensor, _concrete  # noqa: E402
 
 
-def _unary_front(op, public, int_numpy=None):
-    def front(input):
-        if not input._dtype.is_floating_point and int_numpy is not None:
-            return _concrete(_np.asarray(int_numpy(input._value())))
-        return record_unary(op, input)
-    front.__name__ = front.__qualname__ = public
-    front.__doc__ = f"Elementwise {public} (grad_fn {op.node})."
-    return front
-
-
-for _op, _name, _int in [(NEG, "neg", _np.negative), (ABS, "abs", _np.abs), (SIGN, "sign", _np.sign),
-                         (EXP, "exp", None), (LOG, "log", None), (LOG1P, "log1p", None),
-                         (EXPM1, "expm1", None), (SQRT, "sqrt", None), (RSQRT, "rsqrt", None),
-                         (SIN, "sin", None), (COS, "cos", None), (TAN, "tan", None), (TANH, "tanh", None),
-                         (SIGMOID, "sigmoid", None), (RELU, "relu", lambda v: _np.maximum(v, 0)),
-                         (ERF, "erf", None)]:
-    globals()[_name] = export(_unary_front(_op, _name, _int), method=True)
-export(_unary_front(NEG, "negative", _np.negative), method=True)
-export(_unary_front(NEG, "neg", _np.negative), name="__neg__", method=False, function=False,
-       dunders=("__neg__",))
-export(_unary_front(ABS, "abs", _np.abs), function=False, dunders=("__abs__",))
-
-
-for _name in ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-              "tanh", "sigmoid", "relu", "erf"):
-    export(in_place(_name + "_", globals()[_name]), method=True, function=False)
+generate(globals())   # tj.exp, Tensor.exp, exp_, ... from the names above
 
 
 @export(method=True)
@@ -563,14 +575,20 @@ def clamp_(input, min=None, max=None):
     return apply_inplace(input, lambda: clamp(input, min, max), "clamp_")
 
 
+export(clamp_, name="clip_", method=True)
+
+
 @export(method=True)
 def clamp_min(input, min):
-    return clamp(input, min=min)
+    out = clamp(input, min=min)
+    # torch's node for a number bound (a tensor bound's record is already ClampMinBackward1)
+    return out if hasattr(min, "_shape") else name_composite(out, "ClampMinBackward0", input)
 
 
 @export(method=True)
 def clamp_max(input, max):
-    return clamp(input, max=max)
+    out = clamp(input, max=max)
+    return out if hasattr(max, "_shape") else name_composite(out, "ClampMaxBackward0", input)
 
 
 @export(method=True, function=False)
@@ -604,3 +622,189 @@ def gelu(input, approximate="none"):
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     return record_unary(LEAKY_RELU, input, float(negative_slope))
 
+
+# ---- derivative formulas (create_graph) ----------------------------------------------------
+# One per op, applied by create_graph passes (tapejit/autograd/higher.py); plain Python,
+# not compiled: see tapejit/ops/_formulas.py.  Kept last so define_ edits merge cleanly.
+
+import math  # noqa: E402
+from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
+from tapejit.ops import _formulas as _f  # noqa: E402
+from tapejit.ops._formulas import derivative  # noqa: E402
+
+_d_SQRT_2_OVER_PI = 0.7978845608028654
+_d_INV_SQRT_2PI = 0.3989422804014327
+_d_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@derivative(NEG, RSUB_SCALAR)
+def _d_neg(c):
+    return (-c.g, None)
+
+
+@derivative(ADD_SCALAR)
+def _d_identity(c):
+    return (c.g, None)
+
+
+@derivative(FILL)
+def _d_fill(c):
+    return (_f.zeros(c.n, c.dt), None)
+
+
+@derivative(MUL_SCALAR)
+def _d_mul_scalar(c):
+    return (c.g * c.c0, None)
+
+
+@derivative(DIV_SCALAR)
+def _d_div_scalar(c):
+    return (c.g / c.c0, None)
+
+
+@derivative(RDIV_SCALAR)
+def _d_rdiv_scalar(c):
+    return (-c.g * c.out() / c.x(), None)
+
+
+@derivative(SQUARE)
+def _d_square(c):
+    return (c.g * 2.0 * c.x(), None)
+
+
+@derivative(POW_SCALAR)
+def _d_pow_scalar(c):
+    e = c.c0
+    if e == 0.0:
+        return (_f.zeros(c.n, c.dt), None)
+    x = c.x()
+    if e == 1.0:
+        return (c.g, None)
+    if e == 2.0:
+        return (c.g * 2.0 * x, None)
+    return (c.g * e * x ** (e - 1.0), None)
+
+
+@derivative(RPOW_SCALAR)
+def _d_rpow_scalar(c):
+    base = c.c0
+    if base == 0.0:   # the rule's: g * 0 where x >= 0, g * y * log(0) elsewhere
+        return (_f.where(_f.value(c.x()) >= 0, 0.0 * c.g, c.g * c.out() * -math.inf), None)
+    return (c.g * c.out() * math.log(base), None)
+
+
+@derivative(ABS)
+def _d_abs(c):
+    return (c.g * tj.sign(c.x()), None)
+
+
+@derivative(SIGN)
+def _d_sign(c):
+    return (_f.zeros(c.n, c.dt), None)
+
+
+@derivative(EXP)
+def _d_exp(c):
+    return (c.g * c.out(), None)
+
+
+@derivative(LOG)
+def _d_log(c):
+    return (c.g / c.x(), None)
+
+
+@derivative(LOG1P)
+def _d_log1p(c):
+    return (c.g / (c.x() + 1.0), None)
+
+
+@derivative(EXPM1)
+def _d_expm1(c):
+    return (c.g * (c.out() + 1.0), None)
+
+
+@derivative(SQRT)
+def _d_sqrt(c):
+    return (c.g / (2.0 * c.out()), None)
+
+
+@derivative(RSQRT)
+def _d_rsqrt(c):
+    y = c.out()
+    return (-0.5 * c.g * y * y * y, None)
+
+
+@derivative(SIN)
+def _d_sin(c):
+    return (c.g * tj.cos(c.x()), None)
+
+
+@derivative(COS)
+def _d_cos(c):
+    return (-c.g * tj.sin(c.x()), None)
+
+
+@derivative(TAN)
+def _d_tan(c):
+    y = c.out()
+    return (c.g * (1.0 + y * y), None)
+
+
+@derivative(TANH)
+def _d_tanh(c):
+    y = c.out()
+    return (c.g * (1.0 - y * y), None)
+
+
+@derivative(SIGMOID)
+def _d_sigmoid(c):
+    y = c.out()
+    return (c.g * y * (1.0 - y), None)
+
+
+@derivative(RELU)
+def _d_relu(c):
+    y = c.out()
+    return (_f.on_graph_of(_f.where(_f.value(y) > 0, c.g, 0.0), y), None)
+
+
+@derivative(SOFTPLUS)
+def _d_softplus(c):
+    beta, threshold = c.c0, c.c1
+    x = c.x()
+    linear = _f.value(x) * beta > threshold
+    return (_f.where(linear, c.g, c.g * tj.sigmoid(x * beta)), None)
+
+
+@derivative(ERF)
+def _d_erf(c):
+    x = c.x()
+    return (c.g * _d_TWO_OVER_SQRT_PI * tj.exp(-(x * x)), None)
+
+
+@derivative(CLAMP)
+def _d_clamp(c):
+    x = _f.value(c.x())
+    return (_f.where((x >= c.c0) & (x <= c.c1), c.g, 0.0), None)
+
+
+@derivative(GELU)
+def _d_gelu(c):
+    x = c.x()
+    cdf = 0.5 * (1.0 + tj.erf(x * 0.7071067811865476))
+    pdf = _d_INV_SQRT_2PI * tj.exp(-0.5 * x * x)
+    return (c.g * (cdf + x * pdf), None)
+
+
+@derivative(GELU_TANH)
+def _d_gelu_tanh(c):
+    x = c.x()
+    t = tj.tanh(_d_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+    dinner = _d_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+    return (c.g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner), None)
+
+
+@derivative(LEAKY_RELU)
+def _d_leaky_relu(c):
+    x = c.x()
+    return (_f.on_graph_of(_f.where(_f.value(x) > 0, c.g, c.g * c.c0), x), None)

@@ -22,6 +22,7 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 
 from tapejit import dtypes
+from tapejit.autograd import profiler
 from tapejit.creation import tensor as _new_tensor
 from tapejit.creation import zeros as _new_zeros
 from tapejit.grad_mode import enable_grad
@@ -347,7 +348,7 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset the gradients: drop them (default) or zero them in place."""
         if _state.trace is not None:   # inside tj.compile: repeated by every replay
-            from tapejit.replay.trace import side_effect
+            from tapejit.replay.trace import side_effect   # only while tracing: eager needs no replay/
             return side_effect(type(self).zero_grad, self, set_to_none)
         for group in self.param_groups:
             for p, grad in with_grads(group):
@@ -546,3 +547,6 @@ def _step_dtype(np_dtype):
     if np_dtype == np.float32:
         return dtypes.float32
     return scalar_dtype()
+
+
+profiler.time_methods_of(Optimizer, ("step", "zero_grad"))   # a profile times each step

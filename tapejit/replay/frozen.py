@@ -16,8 +16,9 @@ import threading
 import numpy as np
 
 from tapejit import chunked, registry
+from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
-from tapejit.replay._graph import dependencies, listed_operands
+from tapejit.dependencies import dependencies, listed_operands
 from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
@@ -134,7 +135,7 @@ class Frozen:
         # Large arrays replay run by run, as eager mode does (tapejit/chunked.py): chunk by
         # chunk, on every thread, with the vectorized backward loops.
         self._fast = None if chunked.has_runs(tape) else self._fast_path()
-        self.sweeps = sweeps(tape.groups)
+        self.sweeps = sweeps()
         d = self.arena
         if self._fast is not None:
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
@@ -233,7 +234,6 @@ class Frozen:
 
     def _backward(self, bw):
         """A backward event, segment by segment (two dtypes, or a seed from a slot)."""
-        from tapejit.engine import _cast_backward
         tape = self.tape
         for d, off, n, seed in bw.seeds:
             if seed is None:
@@ -262,7 +262,6 @@ class Frozen:
         """Accumulate into ``.grad`` as ``engine._deliver_leaf`` does, with its common cases
         (no hooks; no gradient yet, or a plain one to add to) inline: a training step pays
         this per parameter on every replay."""
-        from tapejit.engine import _deliver_leaf, _grad_lock
         if leaves is None:
             return
         adj = self.tape.adj

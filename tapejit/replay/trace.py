@@ -12,6 +12,7 @@ intermediate tensors.  Python side effects a replay *can* repeat -- ``backward()
 import os
 import sys
 
+from tapejit import engine
 from tapejit.tape import Tape, state
 from tapejit.tensor import Tensor
 
@@ -107,12 +108,18 @@ def side_effect(function, *args):
 
 
 class Trace:
-    """What ``fn``'s first call did: its tape (``tape``) and its Python ``events``."""
+    """What ``fn``'s first call did: its tape (``tape``) and its Python ``events``.
+
+    While active (``state.trace``) it is also the interface the eager core calls, without
+    importing replay/: ``on_read``, ``on_random``, ``on_write``, ``on_set_grad``,
+    ``on_backward`` and ``refuse``.
+    """
 
     def __init__(self, name):
         self.name = name
         self.tape = Tape()
         self.tape.tracing = True
+        self.tape.trace = self
         # ("backward", roots, inputs) | ("call", function, args): run in order after the
         # forward pass of each replay.
         self.events = []
@@ -149,6 +156,32 @@ class Trace:
         if self.backward_done and g is not None:
             self.grads_read[id(g)] = (leaf, g, len(self.events))
 
+    # ---- the interface the eager core calls (tensor, creation, inplace, engine, ...) -------
+    def on_read(self, t):
+        """``t``'s value is read into Python: refused (see ``refuse_read``)."""
+        refuse_read()
+
+    def on_random(self):
+        """A random op is called: refused (see ``refuse_random``)."""
+        refuse_random(_caller()[0])
+
+    def on_write(self, t):
+        """An in-place change of concrete tensor ``t`` (see ``check_write``)."""
+        check_write(t)
+
+    def on_set_grad(self, t, value):
+        """``t.grad = value`` (see ``set_grad``)."""
+        set_grad(t, value)
+
+    def on_backward(self, tensors, grad_tensors, retain_graph, create_graph, inputs):
+        """``backward()``: run now and kept for the replays (see ``backward``)."""
+        return backward(self, tensors, grad_tensors, retain_graph, create_graph, inputs)
+
+    @staticmethod
+    def refuse(what, why):
+        """Raise the CompileError for ``what`` at the user's line (see ``refuse``)."""
+        refuse(what, why)
+
 
 class tracing:
     """Run the body with ``trace`` recording on this thread."""
@@ -177,9 +210,11 @@ class tracing:
 def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
     """``backward()`` inside a trace: run it now (the first call's gradients) and keep it as an
     event for the replays."""
-    from tapejit import engine
     if create_graph:
-        refuse("backward(create_graph=True)", "higher-order gradients are not supported.")
+        refuse("backward(create_graph=True)", (
+            "a traced function records its backward pass only through tj.grad, tj.hvp, "
+            "tj.hessian or tj.jacobian (tj.compile(tj.hvp(f)) traces the Hessian-vector "
+            "product once and replays it)."))
     tape = trace.tape
     if tape.hooks or tape.retained:
         refuse("backward() through a tensor with register_hook or retain_grad",
@@ -201,15 +236,15 @@ def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
             seed = None
             if t._numel != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            value = engine._as_seed(t, None)
+            value = engine.seed_value(t, None)
         elif isinstance(g, Tensor) and g._tape is tape:
             if g._shape != t._shape:
-                engine._as_seed(t, g.detach().numpy())   # torch's shape error
+                engine.seed_value(t, g.detach().numpy())   # torch's shape error
             seed = ("slot", g._dtype.arena, g._off)
             tape.flush()
             value = tape.value(g).astype(t._dtype.np).reshape(-1)
         else:
-            value = engine._as_seed(t, g)
+            value = engine.seed_value(t, g)
             seed = ("value", value.copy())
         entries.append((t._dtype.arena, t._off, t._numel, seed))
         seeds.append((t, value))
@@ -223,7 +258,7 @@ def backward(trace, tensors, grad_tensors, retain_graph, create_graph, inputs):
     saved = state.trace, state.eager
     state.trace, state.eager = None, False
     try:
-        engine._run(seeds, bool(retain_graph), targets=only, accumulate=True)
+        engine.run_backward(seeds, bool(retain_graph), targets=only, accumulate=True)
     finally:
         state.trace, state.eager = saved
     trace.backward_done = True

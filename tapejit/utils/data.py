@@ -17,8 +17,9 @@ import warnings
 
 import numpy as np
 
-import tapejit
-from tapejit.creation import rng
+from tapejit.api import front_ends
+from tapejit.creation import as_tensor, rng, tensor
+from tapejit.dtypes import float64
 from tapejit.tensor import Tensor
 
 __all__ = ["BatchSampler", "DataLoader", "Dataset", "RandomSampler", "Sampler",
@@ -239,17 +240,17 @@ def default_collate(batch):
     mappings and sequences are collated field by field (tuples give lists)."""
     elem = batch[0]
     if isinstance(elem, Tensor):
-        return tapejit.stack(batch, 0)
+        return front_ends.stack(batch, 0)
     if isinstance(elem, np.ndarray):
         if _STRING_OR_OBJECT_DTYPE.search(elem.dtype.str):
             raise TypeError(_COLLATE_ERROR.format(elem.dtype))
-        return default_collate([tapejit.as_tensor(b) for b in batch])
+        return default_collate([as_tensor(b) for b in batch])
     if isinstance(elem, (np.bool_, np.number, np.object_)):
-        return tapejit.as_tensor(np.asarray(batch))
+        return as_tensor(np.asarray(batch))
     if isinstance(elem, float):
-        return tapejit.tensor(batch, dtype=tapejit.float64)
+        return tensor(batch, dtype=float64)
     if isinstance(elem, int):   # bools too: they collate to a bool tensor
-        return tapejit.tensor(batch)
+        return tensor(batch)
     if isinstance(elem, (str, bytes)):
         return batch
     if isinstance(elem, collections.abc.Mapping):
@@ -271,9 +272,9 @@ def default_convert(data):
     if isinstance(data, Tensor):
         return data
     if isinstance(data, np.ndarray):
-        return data if _STRING_OR_OBJECT_DTYPE.search(data.dtype.str) else tapejit.as_tensor(data)
+        return data if _STRING_OR_OBJECT_DTYPE.search(data.dtype.str) else as_tensor(data)
     if isinstance(data, (np.bool_, np.number)):
-        return tapejit.as_tensor(data)
+        return as_tensor(data)
     if isinstance(data, collections.abc.Mapping):
         return _rebuild_mapping(data, {key: default_convert(data[key]) for key in data})
     if isinstance(data, tuple) and hasattr(data, "_fields"):

@@ -1,5 +1,6 @@
-"""Dependency walks over a frozen tape, compiled: a trace's first call pays for them, and a
-10,000-op graph has 30,000 records (in Python, these walks were most of that call).
+"""Dependency walks over a tape's records, compiled (the engine skips unneeded custom
+Functions with them; tj.compile prunes a frozen trace): a trace's first call pays for them,
+and a 10,000-op graph has 30,000 records (in Python, these walks were most of that call).
 
 ``mark_dependencies`` walks records in reverse from slots marked in ``marks`` (one flag
 array per arena, indexed by slot offset) and marks the slots each marked record reads:
@@ -10,6 +11,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit._jit import sweep
+from tapejit.chunked import listed_operands  # noqa: F401  (engine, replay import it from here)
 from tapejit.ops.core import CAST
 
 
@@ -49,22 +51,54 @@ def mark_dependencies(rec, n, listed_at, listed, load_op, cast_op, marks0, marks
     return keep
 
 
-def listed_operands(rec, ints):
-    """``(listed_at, listed)``: the extra operands of each record (``Op.listed``: cat, stack,
-    linear's bias) in CSR form, ``listed[listed_at[r]:listed_at[r + 1]]`` for record ``r``."""
-    n = len(rec)
-    ops = rec[:, 0] >> 1
-    with_list = [op.opcode for op in registry.OPS if op.listed is not None]
-    rows = np.flatnonzero(np.isin(ops, with_list)) if n else np.zeros(0, np.int64)
-    counts = np.zeros(n, np.int64)
-    listed = []
-    for r in rows.tolist():
-        fields = registry.OPS[int(ops[r])].listed(ints, int(rec[r, 4]))
-        counts[r] = len(fields)
-        listed.extend(fields)
-    listed_at = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=listed_at[1:])
-    return listed_at, np.array(listed, np.int64)
+@sweep
+def prune_fields(rec, n, listed_at, listed, forced, load_op, cast_op, marks0, marks1):
+    """The forward walk of a backward pass toward some slots only (``autograd.grad``'s
+    inputs): from the slots marked in ``marks0``/``marks1``, marks the result of every
+    record that reads a marked slot through a field that takes a gradient (and of every
+    record with ``forced[r]``), and rewrites each field of ``rec`` that takes a gradient
+    (>= 0) but reads an unmarked slot as ``~field``, a field that takes none.  Operands
+    listed in ``ints`` are only read (they keep their gradients).  Returns the number of
+    fields rewritten."""
+    cut = 0
+    size0 = marks0.shape[0]
+    size1 = marks1.shape[0]
+    for r in range(n):
+        code = rec[r, 0]
+        d = code & 1
+        op = code >> 1
+        if op == load_op:
+            continue
+        hit = forced[r] != 0
+        for col in range(2, 4):
+            field = rec[r, col]
+            if field < 0:
+                continue
+            arena = 1 - d if (op == cast_op and col == 2) else d
+            if arena == 0:   # a slot past the marks counts as marked: never cut by mistake
+                marked = field >= size0 or marks0[field] != 0
+            else:
+                marked = field >= size1 or marks1[field] != 0
+            if marked:
+                hit = True
+            else:
+                rec[r, col] = ~field
+                cut += 1
+        for k in range(listed_at[r], listed_at[r + 1]):
+            field = listed[k]
+            if field >= 0:
+                if d == 0:
+                    hit = hit or field >= size0 or marks0[field] != 0
+                else:
+                    hit = hit or field >= size1 or marks1[field] != 0
+        if hit:
+            out = rec[r, 1]
+            if d == 0:
+                if out < size0:
+                    marks0[out] = 1
+            elif out < size1:
+                marks1[out] = 1
+    return cut
 
 
 def dependencies(rec, ints, sizes, roots, grads_only, listed=None):

@@ -1,5 +1,8 @@
 """Class labels as replay inputs: a new label batch patches the trace instead of retracing.
 
+(In the core, below the losses that call it: without replay/ no TracedLabels exist and
+each function here is a plain read or nothing.)
+
 An int64 tensor argument is passed to ``fn`` as a ``TracedLabels`` tensor.  Every read of
 its values goes through its ``_data`` property and marks the argument as read (its
 values are then part of the trace, and so of the signature).  The one reader that knows
