@@ -3,7 +3,7 @@
 SPEC.md section 5: ``import tapejit`` plus the first gradient in under 1 s with a warm
 cache, under 20 s with a cold one.  tapejit has two caches, and "cold" empties both:
 
-* the generated sweep modules (``tapejit/codegen.py`` writes ``sweep_<groups>.py`` into
+* the generated sweep modules (``tapejit/codegen.py`` writes ``sweeps.py`` and ``sweep_<group>.py`` into
   ``$TAPEJIT_CACHE_DIR`` when that is set, else this installation's folder in the user's
   cache directory, never the installed package), and
 * Numba's compiled code for them (``__pycache__`` beside each module, or

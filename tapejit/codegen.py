@@ -44,6 +44,7 @@ import os
 import py_compile
 import sys
 import threading
+import traceback
 import types
 from pathlib import Path
 
@@ -121,6 +122,8 @@ def forward(rec, lo, hi, v, ints, floats, table):
         if op == LOAD or op == CAST:
             r += 1
             continue
+        if op < 0 or op >= table.shape[1]:
+            raise RuntimeError("tapejit: a record holds no op (a bug in tapejit: please report it)")
         f = table[0, at(op)]
         if f == 0:
             f = callback(table[LOADER, 0], 0, op, table[LOADER, 1])
@@ -130,8 +133,8 @@ def forward(rec, lo, hi, v, ints, floats, table):
 {backward}{backward_elementwise}
 
 # Runs of large elementwise records, one copy of the run per chunk of elements
-# (tapejit/chunked.py): each call works through chunks ``first .. last-1``; threads of
-# tapejit/chunked.py call it on their shares at once (the sweeps release the GIL).
+# (tapejit/executor.py): each call works through chunks ``first .. last-1``; threads of
+# tapejit/executor.py call it on their shares at once (the sweeps release the GIL).
 @sweep
 def forward_chunks(chunks, first, last, v, ints, floats, table):
     for c in range(first, last):
@@ -215,6 +218,8 @@ def {name}(rec, lo, hi, v, g, flags, freed, ints, floats, retain, table):
         if op == LOAD:
             r -= 1
             continue
+        if op < 0 or op >= table.shape[1]:
+            raise RuntimeError("tapejit: a record holds no op (a bug in tapejit: please report it)")
         f = table[{kind}, at(op)]
         if f == 0:
             f = callback(table[LOADER, 0], {kind}, op, table[LOADER, 1])
@@ -654,9 +659,19 @@ def load_unit(kind, opcode, d):
         return address
 
 
-# Compiled code calls the loader through this C pointer (``_jit.callback``); an exception
-# in it is printed, and the loader returns 0 (the entry point then raises).
-_loader = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(load_unit)
+def _load_unit_or_zero(kind, opcode, d):
+    """``load_unit`` for compiled code, which calls it through a C pointer: an exception
+    cannot cross that call (ctypes would print it and return an undefined address), so it is
+    printed here and 0 returned; the entry point then raises a RuntimeError naming the sweep."""
+    try:
+        return load_unit(kind, opcode, d)
+    except BaseException:
+        traceback.print_exc()
+        return 0
+
+
+# Compiled code calls the loader through this C pointer (``_jit.callback``).
+_loader = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_load_unit_or_zero)
 
 
 class Sweeps:

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from tapejit import chunked, registry
+from tapejit import executor, registry
 from tapejit.dependencies import dependencies, listed_operands, prune_fields
 from tapejit.ops.core import CAST, LOAD
 from tapejit.inplace import note_writes_since_loads
@@ -163,7 +163,7 @@ def _backward_scalar(root, leaves=None):
             flags[off] = 1
         sw = sweeps()
         try:
-            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
+            _check(tape, executor.backward(tape, sw, 0, tape.nrec, d, False))
         except BaseException:
             flags[:] = 0
             raise

@@ -37,13 +37,13 @@ def _arena_args(dt):
 
 def _sweep_calls(dt):
     """``[(entry point, arguments)]``: each entry point called as tapejit calls it (tape.py,
-    engine.py, chunked.py, replay/), over zero records, with the table of compiled op sweeps
+    engine.py, executor.py, replay/), over zero records, with the table of compiled op sweeps
     of the arena of dtype ``dt``."""
     from tapejit import tape
     a = _arena_args(dt)
     rec, v, g, flags, freed, ints, floats = (a[k] for k in ("rec", "v", "g", "flags", "freed", "ints", "floats"))
     table = tape.sweeps().table(_arena(dt))
-    chunks = np.repeat(rec[None, :0, :], 1, axis=0)          # chunked.py: one copy of a run per chunk
+    chunks = np.repeat(rec[None, :0, :], 1, axis=0)          # executor.py: one copy of a run per chunk
     freeds = np.repeat(freed[None, :0], 1, axis=0)
     status = np.empty(1, np.int64)
     seed_at = np.zeros((0, 2), np.int64)                      # replay/frozen.py: no seeds

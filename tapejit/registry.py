@@ -62,7 +62,7 @@ class Op:
     # linear's bias): ``listed(ints, p)`` gives the extra operands' encoded offsets, so
     # that a replay's dead-code pass and gradient reachability see every input.
     listed: Optional[Callable] = None
-    # What a chunked run (tapejit/chunked.py) may hold of a kernel op: "copy" a contiguous
+    # What a chunked run (tapejit/executor.py) may hold of a kernel op: "copy" a contiguous
     # range of the source (slices, reshapes), "sum" a full sum that joins the run it sums,
     # in blocks of ``block`` elements (the kernel's own summation order); "" nothing.
     runs: str = ""
@@ -81,7 +81,7 @@ BY_NAME: dict = {}
 GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "special", "elementary", "conv",
           "norm", "rnn", "decomp")
 _MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
-                 "linalg": "linalg", "activation": "activation", "unary": "math", "special": "special",
+                 "linalg": "linalg", "softmax": "activation", "loss": "activation", "unary": "math", "special": "special",
                  "conv": "conv", "pool": "conv", "norm": "norm", "rnn": "rnn"}
 
 
@@ -139,7 +139,7 @@ def same_kernels(name, node, like, saves=None, samples=None, saved=None, names=N
 
 def elementwise_kind(op):
     """"unary", "binary" or "copy" (a contiguous range of the source: slices, reshapes):
-    the ops whose records a chunked run may hold (``tapejit/chunked.py``); else None."""
+    the ops whose records a chunked run may hold (``tapejit/executor.py``); else None."""
     if op.kind in ("unary", "binary"):
         return op.kind
     return "copy" if op.runs == "copy" else None

@@ -41,7 +41,7 @@ import weakref
 
 import numpy as np
 
-from tapejit import chunked, registry
+from tapejit import executor, registry
 from tapejit._jit import sweep
 
 _ARENA_DTYPES = (np.float64, np.float32)
@@ -151,7 +151,7 @@ class Tape:
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
         self.trace = None       # ... and the Trace recording it (replay/trace.py): refuses reads
         # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
-        # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
+        # in cache, executor.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None
         self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
         # After a failed allocation: ((arena 0 end, arena 1 end), message).  Slots past the
@@ -425,7 +425,7 @@ class Tape:
                 hi = self._drop_unallocatable(lo, hi)   # raises once the tape is consistent
         self._producers = None
         try:
-            if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
+            if self.unkept is not None and executor.reads_unkept(self, lo, hi):
                 self.keep_values()
             self._run_forward(lo, hi)
         except BaseException:
@@ -514,7 +514,7 @@ class Tape:
             if kind == "cast":
                 self._cast_forward(start)
             else:
-                chunked.forward(self, sw, start, end, kind)
+                executor.forward(self, sw, start, end, kind)
 
     def _cast_forward(self, r):
         code, out, a, _, n, _ = self.rec[r]

@@ -286,7 +286,6 @@ def test_a_first_gradient_compiles_only_its_ops_kinds_and_dtype(tmp_path):
         "sweep_sum.forward_sum[f32]", "sweep_sum.backward_sum[f32]"}
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_an_op_sweep_that_fails_to_compile_raises(monkeypatch):
     """The loader runs inside a sweep (called from compiled code): its failure cannot
     propagate as itself, so the sweep raises a RuntimeError saying which sweep failed (the
