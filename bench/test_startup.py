@@ -3,7 +3,7 @@
 SPEC.md section 5: ``import tapejit`` plus the first gradient in under 1 s with a warm
 cache, under 20 s with a cold one.  tapejit has two caches, and "cold" empties both:
 
-* the generated sweep modules (``tapejit/codegen.py`` writes ``sweep_<groups>.py`` into
+* the generated sweep modules (``tapejit/codegen.py`` writes ``sweeps.py`` and ``sweep_<group>.py`` into
   ``$TAPEJIT_CACHE_DIR`` when that is set, else this installation's folder in the user's
   cache directory, never the installed package), and
 * Numba's compiled code for them (``__pycache__`` beside each module, or
@@ -83,3 +83,25 @@ def test_startup_cold(peer, benchmark, tmp_path):
     assert list(sweep_dir.glob("sweep_*.py")), "no sweep was generated in TAPEJIT_CACHE_DIR"
     assert list(numba_cache.rglob("*.nbi")), "Numba cached nothing in NUMBA_CACHE_DIR"
     benchmark.extra_info["in_process_s"] = round(inner, 3)
+
+
+@pytest.mark.parametrize("example", [i for i, _, _ in T.readme_examples()])
+@pytest.mark.parametrize("peer", ("tapejit",), indirect=True)
+def test_readme_example_cold(peer, example, benchmark, tmp_path):
+    """Each Python example of the README, run as a new user would the first time: a fresh
+    interpreter with both of tapejit's caches empty, so it compiles every op sweep it uses
+    (one round).  The time is the whole run, import and the example's own work included."""
+    benchmark.group = T.GROUP_README_COLD
+    if benchmark.disabled and os.environ.get("TAPEJIT_BENCH_COLD") != "1":
+        pytest.skip("cold start-up is timed only; set TAPEJIT_BENCH_COLD=1 to run it untimed")
+    _, line, source = T.readme_examples()[example]
+    numba_cache, sweep_dir = tmp_path / "numba-cache", tmp_path / "tapejit-sweeps"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(numba_cache), TAPEJIT_CACHE_DIR=str(sweep_dir))
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", source], check=False, capture_output=True, text=True,
+                              timeout=900, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, f"README example at line {line} failed:\n{proc.stderr}"
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info["readme_line"] = line

@@ -78,7 +78,7 @@ def warmup(groups, dtypes, quiet, jobs=1):
         if progress is not None:
             progress.stop()
     if not quiet:
-        print(f"compiled or loaded {len(work)} entry points in {elapsed:.1f} s; cache: "
+        print(f"compiled or loaded {len(work)} steps in {elapsed:.1f} s; cache: "
               f"{_cache_folder()}", file=sys.stderr)
     return 0
 
@@ -183,12 +183,10 @@ def cache_info():
     if numba_dir:
         print(f"Numba's entries: in NUMBA_CACHE_DIR, {numba_dir}")
     digest = registry.registry_hash()
-    modules = sorted(name[:-3] for name in os.listdir(folder)
-                     if name.startswith("sweep_") and name.endswith(".py"))
-    print("sweeps, by the op groups compiled together:" if modules else "sweeps: none yet")
+    modules = sorted(name[:-3] for name in os.listdir(folder) if _generated(name) and name.endswith(".py"))
+    print("sweeps, per op group (each op's sweeps compiled on their own):" if modules else "sweeps: none yet")
     for name in modules:
-        groups = name[len("sweep_"):].split("_")
-        label = "every op group" if sorted(groups) == sorted(registry.GROUPS) else ", ".join(groups)
+        label = "entry points" if name == "sweeps" else name[len("sweep_"):]
         try:
             recorded = open(os.path.join(folder, name + ".sha256")).read().split()[0]
         except (OSError, IndexError):
@@ -207,15 +205,21 @@ def cache_info():
     return 0
 
 
+def _generated(filename):
+    """Whether ``filename`` (in the cache folder or its ``__pycache__``) belongs to a
+    generated module: ``sweeps`` (the entry points) or ``sweep_<group>``."""
+    return filename.startswith("sweep_") or filename.split(".")[0] == "sweeps"
+
+
 def _ours(folder):
     """The paths in ``folder`` that tapejit's cache writes: the generated modules and their
     records, their bytecode and Numba's entries beside them, Numba's entries for tapejit's
     own modules (``numba/``).  Nothing else: ``TAPEJIT_CACHE_DIR`` may name a folder that
     holds other files too."""
-    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.startswith("sweep_")]
+    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if _generated(n)]
     pycache = os.path.join(folder, "__pycache__")
     if os.path.isdir(pycache):
-        paths += [os.path.join(pycache, n) for n in sorted(os.listdir(pycache)) if n.startswith("sweep_")]
+        paths += [os.path.join(pycache, n) for n in sorted(os.listdir(pycache)) if _generated(n)]
     if os.path.isdir(os.path.join(folder, "numba")):
         paths.append(os.path.join(folder, "numba"))
     return paths

@@ -69,7 +69,7 @@ def inline(fn, args, result, prefix):
 
 def reads(fn):
     """Positions of the parameters ``fn``'s body reads (a rule that ignores its output
-    value lets a chunked run keep that value in cache only; see ``tapejit/chunked.py``)."""
+    value lets a chunked run keep that value in cache only; see ``tapejit/executor.py``)."""
     fdef = ast.parse(textwrap.dedent(inspect.getsource(fn.py_func))).body[0]
     params = [a.arg for a in fdef.args.args]
     used = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

@@ -355,11 +355,16 @@ class SweepCache(FunctionCache):
 
 
 def _compile_label(py_func, sig):
-    """What is compiling, for the log: a generated sweep by its op groups."""
+    """What is compiling, for the log: an op's sweep (``forward_add``: the forward sweep of
+    op add and the ops sharing its kernel) by its op and group, an entry point by its name."""
     module = py_func.__module__
     if module.startswith(GENERATED_PACKAGE + ".sweep_"):
-        groups = module[len(GENERATED_PACKAGE + ".sweep_"):].replace("_", ", ")
-        return f"the sweeps' {py_func.__name__} for op groups {groups}"
+        group = module[len(GENERATED_PACKAGE + ".sweep_"):]
+        for kind in ("backward_elementwise", "backward", "forward"):
+            if py_func.__name__.startswith(kind + "_"):
+                return f"the {kind} sweep of op {py_func.__name__[len(kind) + 1:]} (op group {group})"
+    if module == GENERATED_PACKAGE + ".sweeps":
+        return f"the sweeps' entry point {py_func.__name__}"
     return f"{module}.{py_func.__name__}"
 
 
@@ -367,7 +372,7 @@ def _dtype_of(sig):
     """``(float32)``: the float dtypes among a signature's arrays (the arena's), or ''."""
     names = []
     for ty in getattr(sig, "args", sig):
-        dtype = getattr(ty, "dtype", None)
+        dtype = getattr(ty, "dtype", ty)        # an array's, or a number type's own
         if dtype is not None and str(dtype).startswith("float") and str(dtype) not in names:
             names.append(str(dtype))
     return f"({', '.join(names)})" if names else ""

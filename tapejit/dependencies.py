@@ -11,7 +11,7 @@ import numpy as np
 
 from tapejit import registry
 from tapejit._jit import sweep
-from tapejit.chunked import listed_operands  # noqa: F401  (engine, replay import it from here)
+from tapejit.executor import listed_operands  # noqa: F401  (engine, replay import it from here)
 from tapejit.ops.core import CAST
 
 

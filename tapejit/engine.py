@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from tapejit import chunked, registry
+from tapejit import executor, registry
 from tapejit.dependencies import dependencies, listed_operands, prune_fields
 from tapejit.ops.core import CAST, LOAD
 from tapejit.inplace import note_writes_since_loads
@@ -161,9 +161,9 @@ def _backward_scalar(root, leaves=None):
         else:
             adj[off] = 1.0
             flags[off] = 1
-        sw = sweeps(tape.groups)
+        sw = sweeps()
         try:
-            _check(tape, chunked.backward(tape, sw, 0, tape.nrec, d, False))
+            _check(tape, executor.backward(tape, sw, 0, tape.nrec, d, False))
         except BaseException:
             flags[:] = 0
             raise
@@ -297,7 +297,7 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
     stops = _stops(tape, targets) if (tape.hooks or tape.retained or targets or tape.functions) else {}
     skipped = _unneeded_functions(tape, targets) if (targets is not None and tape.functions) else ()
     rec = tape.rec if targets is None else _toward(tape, targets)
-    sw = sweeps(tape.groups)
+    sw = sweeps()
     anomaly = {} if modes.anomaly else None   # slot sizes per arena, for _check_nan
     segments = tape.segments(0, tape.nrec, CAST.opcode, stops=list(stops))
     try:
@@ -310,7 +310,7 @@ def _sweep_locked(tape, w, retain, targets, target_ids, found, accumulate, seed)
             else:
                 _check(tape, sw.backward(rec, start, end, tape.vals[kind], tape.adj[kind],
                                          tape.flags[kind], tape.freed, tape.ints,
-                                         tape.floats[kind], retain))
+                                         tape.floats[kind], retain, sw.table(kind)))
             _at_stop(tape, stops.get(start, ()), target_ids, found, accumulate, retain, skipped)
     except BaseException:
         for f in tape.flags:
@@ -339,7 +339,7 @@ def _sweep_checking_nan(tape, rec, sw, start, end, d, retain, sizes):
         if not flags[rec[r, 1]]:
             continue
         _check(tape, sw.backward(rec, r, r + 1, tape.vals[d], tape.adj[d], flags, tape.freed,
-                                 tape.ints, tape.floats[d], retain))
+                                 tape.ints, tape.floats[d], retain, sw.table(d)))
         _check_nan(tape, rec, r, d, sizes)
 
 

@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from tapejit import chunked, registry, tape as _tape
+from tapejit import executor, registry, tape as _tape
 from tapejit.dtypes import SCALAR_TYPE_NAMES
 from tapejit.printing import type_name
 from tapejit.shapes import numel as _numel
@@ -107,8 +107,8 @@ def _extra_table():
     """Opcode -> the values tapejit's backward rule reads that torch does not save (pow's
     rule reads its result, torch's its input)."""
     if not _EXTRA or len(_EXTRA[0]) != len(registry.OPS):
-        chunked._kind_table()
-        reads = chunked._saved
+        executor._kind_table()
+        reads = executor._saved
         table = np.stack([(reads & 1) != 0, (reads & 2) != 0, (reads & 4) != 0], axis=1)
         saved = _saved_table()
         _EXTRA[:] = [table & ~(saved[:, :3] | np.stack([saved[:, 3], saved[:, 4], saved[:, 2]], axis=1))]

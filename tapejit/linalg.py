@@ -65,7 +65,6 @@ def _region(op, A, ints, total, shape=None):
     src = A._off if (A._tape is tape and A._dtype is dt) else operand(tape, A, dt)
     off = tape.alloc(dt.arena, total)
     tape.append(op.opcode * 2 + dt.arena, off, src if rg else ~src, -1, p, 0)
-    tape.groups |= op.bit
     shape = (total,) if shape is None else tuple(shape)
     return _taped(tape, off, shape, numel(shape), dt, rg)
 

@@ -1,24 +1,29 @@
 """Compiling ahead of a program: ``python -m tapejit warmup`` and the pytest fixture
 ``tapejit_warm`` (``tapejit/pytest_plugin.py``).
 
-A program's first gradient waits for Numba to compile the sweeps of the op groups its tapes
-use, once per arena dtype (float64, float32): Numba compiles a function for each new set of
-argument types, and the arena's dtype is one of them.  ``precompile`` does that work ahead:
-it loads the sweeps for the chosen groups (``tape.sweeps``: generated and compiled if not in
-the cache, else loaded from it) and calls every entry point the library calls from Python
-once per dtype, with empty arrays of the types its callers pass (nothing runs: no records),
-which compiles each for the signature a real program uses and saves it in the cache.  It
-also compiles tapejit's other cached entry points (graph walks), which take no dtype.
-
-The sweeps are compiled per compile unit: today one generated module for the set of groups
-asked for (``codegen.load_sweeps``), which is what a process that uses those groups loads;
-``TAPEJIT_SWEEP_GROUPS=all`` makes every process start with the unit for all groups.
+A program's first gradient waits for Numba to compile the sweeps of the ops its tapes use,
+once per arena dtype (float64, float32): each op's forward, backward and chunked-backward
+sweep over a run of its records is a compile unit of its own (``codegen.units``), compiled
+when a sweep first meets the op, and the entry points that Python calls are compiled at
+their first call.  ``precompile`` does that work ahead: it loads from the cache, or
+compiles, every unit of the chosen op groups for each dtype, and calls every entry point
+the library calls from Python once per dtype with empty arrays of the types its callers
+pass (nothing runs: no records), which compiles each for the signature a real program
+uses.  It also compiles tapejit's other cached entry points (graph walks), which take no
+dtype.
 """
 import time
 
 import numpy as np
 
 DTYPES = (np.float64, np.float32)
+
+# Seconds to compile each step from an empty cache (float64 + float32, one process, on the
+# 2-core machine the README's figures come from): steps run longest first, so that parallel
+# processes finish together instead of one starting the longest step last.
+_STEP_SECONDS = {"decomp": 62, "arith": 52, "elementary": 44, "rnn": 26, "special": 21, "activation": 19,
+                 "math": 18, "conv": 17, "reduce": 12, "entry points": 9, "index": 7, "linalg": 5, "sum": 5,
+                 "norm": 5, "copy": 4}
 
 
 def _arena_args(dt):
@@ -31,11 +36,14 @@ def _arena_args(dt):
 
 
 def _sweep_calls(dt):
-    """``[(entry point, arguments)]``: each generated entry point called as tapejit calls it
-    (tape.py, engine.py, chunked.py, replay/), over zero records."""
+    """``[(entry point, arguments)]``: each entry point called as tapejit calls it (tape.py,
+    engine.py, executor.py, replay/), over zero records, with the table of compiled op sweeps
+    of the arena of dtype ``dt``."""
+    from tapejit import tape
     a = _arena_args(dt)
     rec, v, g, flags, freed, ints, floats = (a[k] for k in ("rec", "v", "g", "flags", "freed", "ints", "floats"))
-    chunks = np.repeat(rec[None, :0, :], 1, axis=0)          # chunked.py: one copy of a run per chunk
+    table = tape.sweeps().table(_arena(dt))
+    chunks = np.repeat(rec[None, :0, :], 1, axis=0)          # executor.py: one copy of a run per chunk
     freeds = np.repeat(freed[None, :0], 1, axis=0)
     status = np.empty(1, np.int64)
     seed_at = np.zeros((0, 2), np.int64)                      # replay/frozen.py: no seeds
@@ -44,14 +52,33 @@ def _sweep_calls(dt):
     at3 = np.zeros((0, 3), np.int64)                          # replay/batch.py: no rows
     rows = np.zeros((0, 1), dt)
     return [
-        ("forward", (rec, 0, 0, v, ints, floats)),
-        ("backward", (rec, 0, 0, v, g, flags, freed, ints, floats, False)),
-        ("forward_chunks", (chunks, 0, 0, v, ints, floats)),
-        ("backward_chunks", (chunks, 0, 0, v, g, flags, freeds, ints, floats, False, status)),
-        ("replay", (rec, 0, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs)),
+        ("forward", (rec, 0, 0, v, ints, floats, table)),
+        ("backward", (rec, 0, 0, v, g, flags, freed, ints, floats, False, table)),
+        ("backward_elementwise", (rec, 0, 0, v, g, flags, freed, ints, floats, False, table)),
+        ("forward_chunks", (chunks, 0, 0, v, ints, floats, table)),
+        ("backward_chunks", (chunks, 0, 0, v, g, flags, freeds, ints, floats, False, status, table)),
+        ("replay", (rec, 0, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs, table)),
         ("replay_batch", (rec, 0, v.copy(), ints, floats, seed_at, seed_vals, load_outs, at3, rows, at3,
-                          rows.copy(), at3, rows.copy(), 1)),
+                          rows.copy(), at3, rows.copy(), 1, table)),
     ]
+
+
+def _arena(dt):
+    from tapejit import tape
+    return [np.dtype(t) for t in tape._ARENA_DTYPES].index(np.dtype(dt))
+
+
+def _entry_points(dt):
+    from tapejit import tape
+    sw = tape.sweeps()
+    for entry, args in _sweep_calls(dt):
+        getattr(sw, entry)(*args)
+
+
+def _op_sweeps(group, dt):
+    from tapejit import codegen, tape
+    tape.sweeps()
+    codegen.load_units(_arena(dt), [group])
 
 
 def _graph_walks():
@@ -71,15 +98,10 @@ def _graph_walks():
                         np.zeros(1, np.uint8), np.zeros(1, np.uint8))
 
 
-def compile_units(groups):
-    """The masks of op groups that are compiled as one unit, covering ``groups``."""
-    from tapejit import codegen
-    return [codegen.group_mask(groups)]
-
-
 def steps(groups=None, dtypes=DTYPES):
-    """``[(label, function)]``: the work of ``precompile``, in order."""
-    from tapejit import codegen, registry, tape
+    """``[(label, function)]``: the work of ``precompile``, the longest steps first (so that
+    parallel processes finish together)."""
+    from tapejit import registry
     groups = list(registry.GROUPS) if groups is None else list(groups)
     unknown = [g for g in groups if g not in registry.GROUPS]
     if unknown:
@@ -89,12 +111,13 @@ def steps(groups=None, dtypes=DTYPES):
         raise ValueError(f"precompile needs op groups and float dtypes (float64, float32), got {groups}, "
                          f"{[str(d) for d in dtypes]}")
     work = []
-    for mask in compile_units(groups):
-        names = ", ".join(codegen.groups_in(mask))
+    for group in groups:
         for dt in dtypes:
-            for entry, args in _sweep_calls(dt):
-                work.append((f"{entry} for op groups {names} ({dt.name})",
-                             lambda mask=mask, entry=entry, args=args: getattr(tape.sweeps(mask), entry)(*args)))
+            work.append((group, f"op group {group} ({dt.name})", lambda group=group, dt=dt: _op_sweeps(group, dt)))
+    for dt in dtypes:
+        work.append(("entry points", f"entry points ({dt.name})", lambda dt=dt: _entry_points(dt)))
+    work.sort(key=lambda step: -_STEP_SECONDS.get(step[0], 10))     # a stable sort: float64 first
+    work = [(label, run) for _, label, run in work]
     work.append(("graph walks (tj.compile, tape retirement)", _graph_walks))
     return work
 

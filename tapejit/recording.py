@@ -226,7 +226,6 @@ def record_unary(op, x, c0=0.0, c1=0.0):
         tape.grow()
     pack_record(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, -1, n, q)
     tape.n = r + 1
-    tape.groups |= op.bit
     return _taped(tape, off, x._shape, n, dt, rg)
 
 
@@ -282,7 +281,6 @@ def record_binary(op, x, y, numpy_fallback=None):
     pack_record(tape.packed, r * 48, op.opcode * 2 + d, off, xo if (rg and x._rg) else ~xo,
                 yo if (rg and y._rg) else ~yo, n, q)
     tape.n = r + 1
-    tape.groups |= op.bit
     return _taped(tape, off, shape, n, dt, rg)
 
 
@@ -312,7 +310,6 @@ def record(op, inputs, shape, dt, p=0, q=0, grads=None, listed_rg=False):
     off = cur[d]
     cur[d] = off + (n or 1)
     tape.append(op.opcode * 2 + d, off, fields[0], fields[1], p, q)
-    tape.groups |= op.bit
     return _taped(tape, off, tuple(shape), n, dt, rg or listed_rg)
 
 
@@ -361,7 +358,6 @@ def cast(x, dt):
     off = tape.alloc(dt.arena, n)
     op = _OPS["cast"]
     tape.append(op.opcode * 2 + dt.arena, off, src if rg else ~src, -1, n, 0)
-    tape.groups |= op.bit
     return _taped(tape, off, x._shape, n, dt, rg)
 
 

@@ -49,10 +49,9 @@ class Op:
     backward: Optional[Callable] = None
     nconst: int = 0
     operands: int = 2              # tensor operands in fields a, b (kernels with one use b freely)
-    # Ops are compiled by group: a program's first gradient compiles only the groups its
-    # tape uses (cold start-up), and the sweep for a set of groups is cached on disk.
+    # The generated module holding the op's sweeps (``sweep_<group>.py``); each op's
+    # sweeps are compiled on their own, when a program first uses the op.
     group: str = ""
-    bit: int = 0                   # 1 << index of the group, or-ed into Tape.groups per record
     # Test data: ``samples(rng)`` returns a list of ``(label, fn, [numpy inputs])`` cases that
     # exercise the op through the public API; the gradient tests run every case.
     samples: Optional[Callable] = None
@@ -63,7 +62,7 @@ class Op:
     # linear's bias): ``listed(ints, p)`` gives the extra operands' encoded offsets, so
     # that a replay's dead-code pass and gradient reachability see every input.
     listed: Optional[Callable] = None
-    # What a chunked run (tapejit/chunked.py) may hold of a kernel op: "copy" a contiguous
+    # What a chunked run (tapejit/executor.py) may hold of a kernel op: "copy" a contiguous
     # range of the source (slices, reshapes), "sum" a full sum that joins the run it sums,
     # in blocks of ``block`` elements (the kernel's own summation order); "" nothing.
     runs: str = ""
@@ -82,7 +81,7 @@ BY_NAME: dict = {}
 GROUPS = ("arith", "math", "activation", "copy", "index", "reduce", "linalg", "sum", "special", "elementary", "conv",
           "norm", "rnn", "decomp")
 _MODULE_GROUP = {"binary": "arith", "core": "arith", "movement": "index", "reduce": "reduce",
-                 "linalg": "linalg", "activation": "activation", "unary": "math", "special": "special",
+                 "linalg": "linalg", "softmax": "activation", "loss": "activation", "unary": "math", "special": "special",
                  "conv": "conv", "pool": "conv", "norm": "norm", "rnn": "rnn"}
 
 
@@ -93,7 +92,6 @@ def _register(op):
         op.group = _MODULE_GROUP.get(op.module.rsplit(".", 1)[-1], "math")
     if op.group not in GROUPS:
         raise ValueError(f"op {op.name!r}: unknown group {op.group!r}")
-    op.bit = 1 << GROUPS.index(op.group)
     op.opcode = len(OPS)
     OPS.append(op)
     BY_NAME[op.name] = op
@@ -141,7 +139,7 @@ def same_kernels(name, node, like, saves=None, samples=None, saved=None, names=N
 
 def elementwise_kind(op):
     """"unary", "binary" or "copy" (a contiguous range of the source: slices, reshapes):
-    the ops whose records a chunked run may hold (``tapejit/chunked.py``); else None."""
+    the ops whose records a chunked run may hold (``tapejit/executor.py``); else None."""
     if op.kind in ("unary", "binary"):
         return op.kind
     return "copy" if op.runs == "copy" else None

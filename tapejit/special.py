@@ -6,7 +6,7 @@ The functions of one or two tensors are the registry's ops that name themselves 
 written below; ``ndtr`` is torch's own composition ``(1 + erf(x / sqrt(2))) / 2``.
 """
 from tapejit.api import front_end as _front_end
-from tapejit.ops import activation as _activation
+from tapejit.ops import softmax as _softmax
 from tapejit.ops import reduce as _reduce
 from tapejit.ops import special as _special
 from tapejit.ops import unary as _unary
@@ -51,11 +51,11 @@ def logsumexp(input, dim, keepdim=False):
 
 
 def softmax(input, dim, dtype=None):
-    return _activation.softmax(input, dim, dtype)
+    return _softmax.softmax(input, dim, dtype)
 
 
 def log_softmax(input, dim, dtype=None):
-    return _activation.log_softmax(input, dim, dtype)
+    return _softmax.log_softmax(input, dim, dtype)
 
 
 def ndtr(input):

@@ -41,7 +41,7 @@ import weakref
 
 import numpy as np
 
-from tapejit import _numba_load, chunked, registry
+from tapejit import executor, registry
 from tapejit._jit import sweep
 
 _ARENA_DTYPES = (np.float64, np.float32)
@@ -89,35 +89,25 @@ class _ProcessModes:
 
 modes = _ProcessModes()
 _serial = [0]
-# Op groups this process has compiled sweeps for; it only grows, so a process loads a
-# handful of sweep variants at most.  TAPEJIT_SWEEP_GROUPS=all starts with everything.
-_process = {"groups": -1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0, "module": None}
+# The compiled sweeps (``codegen.Sweeps``), made on first use.
+_process = {"sweeps": None}
 
 
-_LINALG = 1 << registry.GROUPS.index("linalg")
-
-
-def sweeps(mask):
-    """The compiled sweeps for op groups ``mask`` (at least), loaded or compiled on first use."""
-    current = _process["groups"]
-    if mask & current == mask and _process["module"] is not None:
-        return _process["module"]
-    # upward (codegen reads the op modules), and ~4 ms of start-up: at the first sweep
-    from tapejit.codegen import load_sweeps
-    everything = (1 << len(registry.GROUPS)) - 1
-    mask = (mask | current) & everything
-    if mask & _LINALG:   # matrix products: Numba's BLAS check (tapejit/_numba_load.py)
-        _numba_load.ensure_blas()
-    module = load_sweeps(mask)
-    _process["groups"] = mask
-    _process["module"] = module
-    return module
+def sweeps():
+    """The compiled sweeps' entry points and their tables of compiled op sweeps
+    (``sw.table(d)``).  Nothing is loaded ahead: each op's code is loaded or compiled, per
+    arena dtype, when a sweep first meets the op."""
+    found = _process["sweeps"]
+    if found is None:
+        from tapejit.codegen import Sweeps     # ~4 ms of start-up: at the first sweep
+        found = _process["sweeps"] = Sweeps(_ARENA_DTYPES)
+    return found
 
 
 class Tape:
     __slots__ = ("n", "cap", "pints", "pfloats", "nrec", "nints", "nfloats", "rec", "ints", "floats",
                  "cursor", "vals", "adj", "flags", "freed", "sources", "packed", "loaded", "loads_of", "grad_loads",
-                 "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers", "groups",
+                 "serial", "thread", "hooks", "retained", "functions", "poisoned", "_producers",
                  "tracing", "trace", "kept", "unkept", "lock", "home", "broken", "stale", "views", "checked",
                  "__weakref__")
 
@@ -158,11 +148,10 @@ class Tape:
         self.functions = None   # [(first output load record, ctx)] of custom Functions
         self.poisoned = None
         self._producers = None
-        self.groups = 0
         self.tracing = False    # a tj.compile trace: never pooled or retired, values not readable
         self.trace = None       # ... and the Trace recording it (replay/trace.py): refuses reads
         # A frozen trace: {(arena, slot)} whose values its replays read (the rest may stay
-        # in cache, chunked.py).  None on an eager tape, and on a trace being recorded.
+        # in cache, executor.py).  None on an eager tape, and on a trace being recorded.
         self.kept = None
         self.unkept = None      # ([(start, end, arena)], {(arena, slot)}): see keep_values
         # After a failed allocation: ((arena 0 end, arena 1 end), message).  Slots past the
@@ -326,7 +315,6 @@ class Tape:
         load = _LOAD or _load_op()
         pack_record(self.packed, r * 48, load[0] + d, off, -1, -1, index, n)
         self.n = r + 1
-        self.groups |= load[1]
         return off
 
     def note_function(self, ctx, first):
@@ -375,9 +363,9 @@ class Tape:
         """Compute again, into their slots, the values chunked runs kept in cache only: a
         tensor's value is about to be read, or a new record reads one."""
         runs, _ = self.unkept
-        sw = sweeps(self.groups)
+        sw = sweeps()
         for start, end, d in runs:
-            sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d])
+            sw.forward(self.rec, start, end, self.vals[d], self.ints, self.floats[d], sw.table(d))
         self.unkept = None   # after: another thread may be reading (``value``)
 
     def value(self, t):
@@ -437,7 +425,7 @@ class Tape:
                 hi = self._drop_unallocatable(lo, hi)   # raises once the tape is consistent
         self._producers = None
         try:
-            if self.unkept is not None and chunked.reads_unkept(self, lo, hi):
+            if self.unkept is not None and executor.reads_unkept(self, lo, hi):
                 self.keep_values()
             self._run_forward(lo, hi)
         except BaseException:
@@ -521,12 +509,12 @@ class Tape:
             _wait_outside(self.thread)
 
     def _run_forward(self, lo, hi):
-        sw = sweeps(self.groups)
+        sw = sweeps()
         for start, end, kind in self.segments(lo, hi, registry.BY_NAME["cast"].opcode):
             if kind == "cast":
                 self._cast_forward(start)
             else:
-                chunked.forward(self, sw, start, end, kind)
+                executor.forward(self, sw, start, end, kind)
 
     def _cast_forward(self, r):
         code, out, a, _, n, _ = self.rec[r]
@@ -567,7 +555,7 @@ class Tape:
         return self._producers.get(off * 2 + arena)
 
 
-_LOAD = []   # (opcode * 2, group bit) of the load op, filled on first use (ops register late)
+_LOAD = []   # (opcode * 2,) of the load op, filled on first use (ops register late)
 
 
 def _no_memory(what, elements, d):
@@ -579,7 +567,7 @@ def _no_memory(what, elements, d):
 
 def _load_op():
     op = registry.BY_NAME["load"]
-    _LOAD[:] = (op.opcode * 2, op.bit)
+    _LOAD[:] = (op.opcode * 2,)
     return _LOAD
 
 

@@ -1,7 +1,7 @@
 """``tj.set_num_threads`` / ``tj.get_num_threads``: threads inside one op, as in torch.
 
 Two things use them: BLAS products (the sweeps call SciPy's BLAS through Numba's C helper),
-and the chunked runs of large elementwise records (``tapejit/chunked.py``).  On a busy
+and the chunked runs of large elementwise records (``tapejit/executor.py``).  On a busy
 machine extra threads can make small products many times slower, so scripts that call
 ``torch.set_num_threads(1)`` must get the same effect here.  The default is what torch
 takes: ``OMP_NUM_THREADS`` when set, else the cores this process may use; BLAS keeps its
@@ -62,11 +62,11 @@ def blas_loaded():
         _limit_blas(_blas["threads"])
 
 
-_executor = None   # tapejit.chunked, which holds the count its sweeps read (THREADS)
+_executor = None   # tapejit.executor, which holds the count its sweeps read (THREADS)
 
 
 def use_executor(module):
-    """``module`` (chunked.py, above this one) holds the thread count: set at its import."""
+    """``module`` (executor.py, above this one) holds the thread count: set at its import."""
     global _executor
     _executor = module
 

@@ -1,11 +1,6 @@
 """Test-session set-up shared by every test file."""
 import os
 
-# The suite touches every op group: compile the one sweep that covers them all, instead
-# of a growing series of partial ones as each group is first met.
-os.environ.setdefault("TAPEJIT_SWEEP_GROUPS", "all")
-
-
 def pytest_configure(config):
     """Under pytest-xdist (``-n N``), compile the sweeps ahead in N processes before the
     workers start.  Each worker would otherwise compile the same sweeps at the same time on

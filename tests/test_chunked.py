@@ -1,4 +1,4 @@
-"""Large elementwise runs executed chunk by chunk across cores (tapejit/chunked.py).
+"""Large elementwise runs executed chunk by chunk across cores (tapejit/executor.py).
 
 Chunking changes where elements are computed, never what: every registry sample, with
 the thresholds lowered so that its tiny tapes are chunked, gives the values and
@@ -10,26 +10,18 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import chunked, registry
-from tapejit.tape import sweeps
+from tapejit import executor, registry
 
 from test_gradients import CASES
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_sweep_module():
-    """Load the sweeps for every op group first, so that every test here uses one module
-    and its chunked sweeps compile once."""
-    sweeps((1 << len(registry.GROUPS)) - 1)
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
 def tiny_chunks(request, monkeypatch):
     """Chunk every elementwise record of two or more elements, three elements a chunk, on
     one thread (slices join backward runs) and on two (they do not)."""
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
-    monkeypatch.setattr(chunked, "CHUNK", 3)
-    monkeypatch.setattr(chunked, "THREADS", request.param)
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(executor, "CHUNK", 3)
+    monkeypatch.setattr(executor, "THREADS", request.param)
 
 
 def _run(fn, inputs, weights):
@@ -46,9 +38,9 @@ def test_sample_unchanged_by_chunking(op, label, fn, inputs, threads, monkeypatc
     out_shape = fn(tj, *[tj.tensor(x) for x in inputs]).shape
     weights = np.random.default_rng(7).standard_normal(tuple(out_shape))
     expected = _run(fn, inputs, weights)
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
-    monkeypatch.setattr(chunked, "CHUNK", 3)
-    monkeypatch.setattr(chunked, "THREADS", threads)
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(executor, "CHUNK", 3)
+    monkeypatch.setattr(executor, "THREADS", threads)
     got = _run(fn, inputs, weights)
     np.testing.assert_array_equal(got[0], expected[0])
     for g, e in zip(got[1], expected[1]):
@@ -72,26 +64,26 @@ def _row(name, out, a, b, n, q=0):
 def test_slot_read_whole_and_by_chunk_splits_the_run(backward, monkeypatch):
     """Slot 0 is a copy's source (read whole) and a product's operand (read chunk by
     chunk), so one run may not hold both; a copy of a slot computed in the run ends it."""
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 4)
-    monkeypatch.setattr(chunked, "THREADS", 1)
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 4)
+    monkeypatch.setattr(executor, "THREADS", 1)
     n = 10
     rec = np.array([_row("reshape", 100, 0, ~0, n, n),
                     _row("mul", 200, 0, 100, n),
                     _row("neg", 300, 200, -1, n),
                     _row("reshape", 400, 300, ~0, n, n)], np.int64)
-    assert chunked._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
+    assert executor._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
     # a record of another length starts a run of its own, with its own operands
     lengths = np.array([_row("exp", 100, 0, -1, n), _row("exp", 200, 1000, -1, 2 * n),
                         _row("reshape", 300, 1000, ~0, 2 * n, 2 * n)], np.int64)
-    assert chunked._runs(lengths, 0, 3, backward) == [(0, 1), (1, 2), (2, 3)]
+    assert executor._runs(lengths, 0, 3, backward) == [(0, 1), (1, 2), (2, 3)]
     # On two threads a copy joins a backward run only if it starts within a chunk of its
     # source's start (it then adds into the next chunk's elements only).
-    monkeypatch.setattr(chunked, "THREADS", 2)
-    monkeypatch.setattr(chunked, "CHUNK", 4)
-    assert chunked._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
+    monkeypatch.setattr(executor, "THREADS", 2)
+    monkeypatch.setattr(executor, "CHUNK", 4)
+    assert executor._runs(rec, 0, len(rec), backward) == [(0, 1), (1, 3), (3, 4)]
     far = rec.copy()
     far[3, 3] = ~4                                  # copies elements 4 .. of slot 300
-    assert chunked._runs(far, 0, len(far), backward) == ([(0, 1), (1, 3)] if backward else
+    assert executor._runs(far, 0, len(far), backward) == ([(0, 1), (1, 3)] if backward else
                                                          [(0, 1), (1, 3), (3, 4)])
 
 
@@ -102,12 +94,12 @@ def test_graph_runs_are_chunked_and_exact(threads, monkeypatch):
     expected = []
     for forced in (False, True):
         if forced:
-            monkeypatch.setattr(chunked, "MIN_ELEMENTS", 8)
-            monkeypatch.setattr(chunked, "CHUNK", 5)
-            monkeypatch.setattr(chunked, "THREADS", threads)
+            monkeypatch.setattr(executor, "MIN_ELEMENTS", 8)
+            monkeypatch.setattr(executor, "CHUNK", 5)
+            monkeypatch.setattr(executor, "THREADS", threads)
             tape_runs = []
-            real = chunked._runs
-            monkeypatch.setattr(chunked, "_runs", lambda *a, **k: tape_runs.append(real(*a, **k)) or tape_runs[-1])
+            real = executor._runs
+            monkeypatch.setattr(executor, "_runs", lambda *a, **k: tape_runs.append(real(*a, **k)) or tape_runs[-1])
         x, w = tj.tensor(x0, requires_grad=True), tj.tensor(w0, requires_grad=True)
         b, loss = _graph(x, w)
         loss.backward()
@@ -161,7 +153,7 @@ def test_rosenbrock_at_full_size():
     """Above the real threshold: the gradient of a 300,000-element Rosenbrock function."""
     from scipy.optimize import rosen, rosen_der
     x0 = np.random.default_rng(1).uniform(-2, 2, 300_000)
-    assert x0.size > chunked.MIN_ELEMENTS
+    assert x0.size > executor.MIN_ELEMENTS
     x = tj.from_numpy(x0).requires_grad_()
     loss = (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
     loss.backward()
@@ -200,14 +192,14 @@ def test_slices_kept_in_cache_are_read_in_place(tiny_chunks):
     loss = _rosen(x)
     loss.item()
     tape = loss._tape
-    *_, (start, end, chunks, cached, _) = chunked._planned(tape, 0, tape.nrec, 0, False)   # this loss's run
+    *_, (start, end, chunks, cached, _) = executor._planned(tape, 0, tape.nrec, 0, False)   # this loss's run
     rows = tape.rec[start:end]
     names = [registry.OPS[int(r[0]) >> 1].name for r in rows]
-    first = chunked.CHUNK * np.arange(len(chunks))
+    first = executor.CHUNK * np.arange(len(chunks))
     slices = [i for i, name in enumerate(names) if name == "slice"]
     assert len(slices) == 3
     for i in slices:
-        start_in_x = int(chunked._decoded(rows[i, 2])) + ~int(rows[i, 3])   # x's slot, then the start
+        start_in_x = int(executor._decoded(rows[i, 2])) + ~int(rows[i, 3])   # x's slot, then the start
         readers = [j for j, r in enumerate(rows) if names[j] != "slice" and int(rows[i, 1]) in (int(r[2]), int(r[3]))]
         if int(rows[i, 1]) in cached:
             assert (chunks[:, i, 4] == 0).all()
@@ -222,10 +214,10 @@ def test_slices_kept_in_cache_are_read_in_place(tiny_chunks):
 
 
 def _chunked_gradient(fn, x0, threads, monkeypatch):
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
-    monkeypatch.setattr(chunked, "CHUNK", 3)
-    monkeypatch.setattr(chunked, "THREADS", threads)
-    monkeypatch.setattr(chunked, "_plans", {})     # plan afresh, with _add_in_place as patched
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(executor, "CHUNK", 3)
+    monkeypatch.setattr(executor, "THREADS", threads)
+    monkeypatch.setattr(executor, "_plans", {})     # plan afresh, with _add_in_place as patched
     x = tj.tensor(x0, requires_grad=True)
     loss = fn(x)
     loss.backward()
@@ -249,16 +241,16 @@ def test_slices_add_in_place_in_the_order_of_the_sweep(threads, monkeypatch):
         return (y * y + x[:-1] * 2.0).sum()
 
     plans = []
-    real = chunked._add_in_place
+    real = executor._add_in_place
     for fn, in_place in ((_rosen, [("slice", 0), ("slice", 0)]), (twice, [("slice", 0)])):
-        monkeypatch.setattr(chunked, "_add_in_place", lambda *a: plans.append(real(*a)) or plans[-1])
+        monkeypatch.setattr(executor, "_add_in_place", lambda *a: plans.append(real(*a)) or plans[-1])
         got, tape = _chunked_gradient(fn, x0, threads, monkeypatch)
         names = {int(r[1]): (registry.OPS[int(r[0]) >> 1].name, ~int(r[3])) for r in tape.rec[:tape.nrec]}
         assert sorted(names[o] for o in plans[-1][0]) == in_place
-        monkeypatch.setattr(chunked, "_add_in_place", lambda *a: ([], np.empty(0, np.int64)))
+        monkeypatch.setattr(executor, "_add_in_place", lambda *a: ([], np.empty(0, np.int64)))
         without, _ = _chunked_gradient(fn, x0, threads, monkeypatch)
         np.testing.assert_array_equal(got, without)
-        monkeypatch.setattr(chunked, "MIN_ELEMENTS", 1 << 16)
+        monkeypatch.setattr(executor, "MIN_ELEMENTS", 1 << 16)
         x = tj.tensor(x0, requires_grad=True)
         fn(x).backward()
         np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-15, atol=1e-15 * np.abs(got).max())
@@ -273,15 +265,15 @@ def test_a_full_sum_joins_its_run_bit_for_bit(threads, dtype, reduce, monkeypatc
     value and gradient are those of the chunks without the sum joining, bit for bit, and in
     float64 those of the unchunked sweeps.  (In float32 chunked and unchunked gradients
     already differed in the last bit here and there, with or without the sum.)"""
-    n = 3 * chunked.CHUNK + 17
+    n = 3 * executor.CHUNK + 17
     x0 = np.random.default_rng(5).uniform(-2, 2, n).astype(dtype)
-    joining = chunked._joining_sum
+    joining = executor._joining_sum
     results = {}
     for how in ("unchunked", "apart", "joined"):
-        monkeypatch.setattr(chunked, "MIN_ELEMENTS", 1 << 20 if how == "unchunked" else 1 << 10)
-        monkeypatch.setattr(chunked, "THREADS", threads)
-        monkeypatch.setattr(chunked, "_plans", {})
-        monkeypatch.setattr(chunked, "_joining_sum", (lambda *a: None) if how == "apart" else joining)
+        monkeypatch.setattr(executor, "MIN_ELEMENTS", 1 << 20 if how == "unchunked" else 1 << 10)
+        monkeypatch.setattr(executor, "THREADS", threads)
+        monkeypatch.setattr(executor, "_plans", {})
+        monkeypatch.setattr(executor, "_joining_sum", (lambda *a: None) if how == "apart" else joining)
         x = tj.tensor(x0, requires_grad=True)
         loss = getattr(_rosen_terms(x), reduce)()
         value = loss.item()
@@ -289,7 +281,7 @@ def test_a_full_sum_joins_its_run_bit_for_bit(threads, dtype, reduce, monkeypatc
         results[how] = (value, x.grad.numpy().copy())
     tape = loss._tape
     d = int(dtype == "float32")
-    plans = [chunked._planned(tape, 0, tape.nrec, d, backward) for backward in (False, True)]
+    plans = [executor._planned(tape, 0, tape.nrec, d, backward) for backward in (False, True)]
     assert plans[0][-1][-1] is not None and plans[1][-1][-1] is not None, "the sum joined both runs"
     assert registry.OPS[int(tape.rec[plans[0][-1][1] - 1, 0]) >> 1].name == reduce
     for other in ("apart", "unchunked") if dtype == "float64" else ("apart",):
@@ -307,15 +299,15 @@ def _rosen_terms(x):
 def test_a_sum_whose_operand_is_read_again_stays_apart(monkeypatch):
     """``h`` is summed and also read by a later record: it must be written, so its sum does
     not join (the chunks' sums would need its slot); ``h * h``, summed only, does."""
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 1 << 10)
-    n = 2 * chunked.CHUNK + 5
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 1 << 10)
+    n = 2 * executor.CHUNK + 5
     x = tj.tensor(np.linspace(-1, 1, n), requires_grad=True)
     h = tj.sin(x) * 3.0
     loss = h.sum() + (h * h).sum()
     loss.backward()
     tape = loss._tape
     for backward in (False, True):
-        plans = sorted(chunked._planned(tape, 0, tape.nrec, 0, backward))
+        plans = sorted(executor._planned(tape, 0, tape.nrec, 0, backward))
         assert [plan[-1] is None for plan in plans] == [True, False]
     np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(x.detach().numpy()) * (1 + 6 * np.sin(x.detach().numpy())),
                                rtol=1e-13)
@@ -375,9 +367,9 @@ def test_compiled_function_keeps_the_values_its_replays_read(tiny_chunks, monkey
     (``Tape.kept``), the rest stay in cache, and no replay leaves a note to compute them."""
     x0 = np.linspace(-1.5, 1.5, 31)
     plans = []
-    real = chunked._forward_plan
-    monkeypatch.setattr(chunked, "_forward_plan", lambda tape, *a: plans.append((tape, real(tape, *a))) or plans[-1][1])
-    monkeypatch.setattr(chunked, "_plans", {})
+    real = executor._forward_plan
+    monkeypatch.setattr(executor, "_forward_plan", lambda tape, *a: plans.append((tape, real(tape, *a))) or plans[-1][1])
+    monkeypatch.setattr(executor, "_plans", {})
 
     def loss_and_square(x):
         square = x[:-1] ** 2
@@ -404,12 +396,12 @@ def test_replay_runs_large_arrays_by_chunk_and_exactly(threads, monkeypatch):
     x0 = np.linspace(-1.5, 1.5, 31)
     plain = tj.compile(tj.value_and_grad(_rosen))
     expected = [plain(x0 * s) for s in (1.0, 0.5, 0.5)]
-    monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
-    monkeypatch.setattr(chunked, "CHUNK", 3)
-    monkeypatch.setattr(chunked, "THREADS", threads)
+    monkeypatch.setattr(executor, "MIN_ELEMENTS", 2)
+    monkeypatch.setattr(executor, "CHUNK", 3)
+    monkeypatch.setattr(executor, "THREADS", threads)
     runs = []
-    real = chunked._backward_run
-    monkeypatch.setattr(chunked, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
+    real = executor._backward_run
+    monkeypatch.setattr(executor, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
     chunked_f = tj.compile(tj.value_and_grad(_rosen))
     for (value, grad), scale in zip(expected, (1.0, 0.5, 0.5)):
         got_value, got_grad = chunked_f(x0 * scale)
@@ -424,8 +416,8 @@ def test_backward_after_reading_the_loss_still_goes_run_by_run(tiny_chunks, monk
     from tapejit import tape as tape_module
     monkeypatch.setattr(tape_module, "_LARGE_ARENA", 8)
     runs = []
-    real = chunked._backward_run
-    monkeypatch.setattr(chunked, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
+    real = executor._backward_run
+    monkeypatch.setattr(executor, "_backward_run", lambda *a: runs.append(a[2][:2]) or real(*a))
     x0 = np.linspace(-1.5, 1.5, 31)
     x = tj.tensor(x0, requires_grad=True)
     loss = _rosen(x)
@@ -458,9 +450,9 @@ def test_a_repeated_step_reuses_its_plans(tiny_chunks, monkeypatch):
     again; another tape layout gets plans of its own."""
     made = []
     for name in ("_forward_plan", "_backward_plan"):
-        real = getattr(chunked, name)
-        monkeypatch.setattr(chunked, name, lambda *a, real=real, name=name: made.append(name) or real(*a))
-    monkeypatch.setattr(chunked, "_plans", {})
+        real = getattr(executor, name)
+        monkeypatch.setattr(executor, name, lambda *a, real=real, name=name: made.append(name) or real(*a))
+    monkeypatch.setattr(executor, "_plans", {})
     from scipy.optimize import rosen_der
     for step, n in enumerate((31, 31, 31, 40, 31)):
         if step == 2:

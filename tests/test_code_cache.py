@@ -25,8 +25,9 @@ from numba.core.caching import _CacheLocator
 import tapejit
 from tapejit import _jit, _numba_load, codegen, registry
 
-MASK = codegen.group_mask(["arith", "sum"])
-NAME = codegen.module_name(MASK)
+GROUP = "arith"
+NAME = codegen.module_name(GROUP)
+ENTRY = codegen.module_name()
 
 PROGRAM = textwrap.dedent("""
     import tapejit as tj
@@ -35,12 +36,13 @@ PROGRAM = textwrap.dedent("""
     print("grad", x.grad.tolist())
 """)
 
-# Loads the sweep module without calling it, so nothing compiles.
+# Loads a generated module without calling it, so nothing compiles.
 LOAD_ONLY = textwrap.dedent(f"""
     from tapejit import codegen
-    module = codegen.load_sweeps({MASK})
+    module = codegen.load_module({GROUP!r})
     print("file", getattr(module, "__file__", None))
 """)
+LOAD_ENTRY = LOAD_ONLY.replace(f"load_module({GROUP!r})", "load_module()")
 
 # Ownership and modes are POSIX's; on Windows the user's folders are private by their ACLs.
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX folder ownership and modes")
@@ -53,8 +55,8 @@ NOT_SAVED = "could not save compiled code"
 def run(script, cache=None, cwd=None, **env_changes):
     """``script`` in a fresh interpreter whose sweep cache is folder ``cache``."""
     env = dict(os.environ)
-    for name in ("TAPEJIT_SWEEP_GROUPS", "NUMBA_CACHE_DIR", "TAPEJIT_CACHE_DIR"):
-        env.pop(name, None)    # the program's own groups; Numba's entries beside the module
+    for name in ("NUMBA_CACHE_DIR", "TAPEJIT_CACHE_DIR"):
+        env.pop(name, None)    # Numba's entries beside the module
     if cache is not None:
         env["TAPEJIT_CACHE_DIR"] = str(cache)
     env.update({name: str(value) for name, value in env_changes.items()})
@@ -68,7 +70,7 @@ def plant_module(folder, marker, forge_record):
     """A module in ``folder`` that carries the right registry hash line and creates
     ``marker`` when imported; with ``forge_record``, also the record of its SHA-256 that
     tapejit would have written for it."""
-    text = codegen.generate_source(codegen.ops_in(MASK)) + f"\nopen({str(marker)!r}, 'w').close()\n"
+    text = codegen.group_source(GROUP) + f"\nopen({str(marker)!r}, 'w').close()\n"
     (folder / f"{NAME}.py").write_text(text)
     if forge_record:
         digest = hashlib.sha256(text.encode()).hexdigest()
@@ -126,7 +128,7 @@ def test_a_module_with_the_right_hash_line_and_other_text_is_written_again(tmp_p
     marker = tmp_path / "planted-code-ran"
     folder = tmp_path / "private"
     folder.mkdir(mode=0o700)
-    generated = codegen.generate_source(codegen.ops_in(MASK))
+    generated = codegen.group_source(GROUP)
     plant_module(folder, marker, forge_record=False)
     assert f'REGISTRY_HASH = "{registry.registry_hash()}"' in (folder / f"{NAME}.py").read_text()
     if record != "none":    # the file was changed after tapejit wrote it
@@ -149,8 +151,8 @@ def test_numba_entries_are_read_only_from_a_private_folder(tmp_path, private):
     numba_dir.mkdir(mode=0o700 if private else 0o777)
     numba_dir.chmod(0o700 if private else 0o777)
     sweeps = tmp_path / "sweeps"
-    run(LOAD_ONLY, sweeps)          # writes the module, so its entries' folder is known
-    module_file = str(Path(_numba_load.private_dir(sweeps)) / f"{NAME}.py")
+    run(LOAD_ENTRY, sweeps)         # writes the module, so its entries' folder is known
+    module_file = str(Path(_numba_load.private_dir(sweeps)) / f"{ENTRY}.py")
     entries = numba_dir / _CacheLocator.get_suitable_cache_subpath(module_file)
     entries.mkdir(mode=0o700)
 
@@ -162,10 +164,10 @@ def test_numba_entries_are_read_only_from_a_private_folder(tmp_path, private):
     index = _numba_load._MAGIC + hashlib.sha256(body).digest() + body   # tapejit's layout
     # Numba names a function's index by the line of its first decorator.
     lines = Path(module_file).read_text().splitlines()
-    decorator_line = lines.index("def forward(rec, lo, hi, v, ints, floats):")
+    decorator_line = lines.index("def forward(rec, lo, hi, v, ints, floats, table):")
     python = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
-    (entries / f"{NAME}.forward-{decorator_line}.{python}.nbi").write_bytes(index)
-    script = LOAD_ONLY + "module.forward._cache.load_overload((), module.forward.targetctx)\n"
+    (entries / f"{ENTRY}.forward-{decorator_line}.{python}.nbi").write_bytes(index)
+    script = LOAD_ENTRY + "module.forward._cache.load_overload((), module.forward.targetctx)\n"
     out = run(script, sweeps, cwd=tmp_path, NUMBA_CACHE_DIR=numba_dir)
     assert marker.exists() == private
     assert (NOT_CACHED in out.stderr) == (not private)
@@ -265,15 +267,16 @@ FULL_DISK = textwrap.dedent("""
 @pytest.mark.parametrize("stage", ["the module", "Numba's entries"])
 def test_a_full_disk_computes_and_leaves_no_temporary_files(tmp_path, stage):
     """Files stop growing at a few kilobytes (RLIMIT_FSIZE: as a full disk, a write fails
-    part-way): at writing the generated module (43 kB), or, with the module written
-    already, at saving Numba's entries (hundreds of kB)."""
+    part-way): at writing the generated modules (6 kB and more), or, with room for the
+    modules (and their bytecode and Numba's indexes), at saving Numba's entries (30 kB and
+    more each)."""
     pytest.importorskip("resource")
     folder = tmp_path / "cache"
     if stage == "the module":
-        limit, warning = 16_000, NOT_CACHED
+        limit, warning = 4_000, NOT_CACHED
     else:
-        run(LOAD_ONLY, folder)                  # writes the module, compiles nothing
-        limit, warning = 100_000, NOT_SAVED
+        run(LOAD_ONLY, folder)                  # writes a module, compiles nothing
+        limit, warning = 20_000, NOT_SAVED
     out = run(FULL_DISK.format(limit=limit) + PROGRAM, folder, PYTHONDONTWRITEBYTECODE=1)
     assert "grad [2.0, 4.0]" in out.stdout
     assert out.stderr.count(warning) == 1

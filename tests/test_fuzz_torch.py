@@ -114,17 +114,17 @@ def test_random_programs_match_torch(focus, capsys):
 
 def test_random_programs_on_chunked_runs_match_torch(capsys, monkeypatch):
     """Leaves of 65,536-200,000 elements, so elementwise records run chunk by chunk
-    (tapejit/chunked.py) on the 1-3 threads the program sets (``L.set_num_threads``)."""
-    from tapejit import chunked
+    (tapejit/executor.py) on the 1-3 threads the program sets (``L.set_num_threads``)."""
+    from tapejit import executor
     threads = tj.get_num_threads(), torch.get_num_threads()
     runs = [0]
-    shared_out = chunked._shared_out
+    shared_out = executor._shared_out
 
     def counted(*args, **kwargs):
         runs[0] += 1
         return shared_out(*args, **kwargs)
 
-    monkeypatch.setattr(chunked, "_shared_out", counted)
+    monkeypatch.setattr(executor, "_shared_out", counted)
     try:
         ran, _ = _run("chunked", CHUNKED_PROGRAMS, capsys, big=True)
     finally:

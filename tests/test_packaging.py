@@ -3,8 +3,8 @@ range, BLAS threads through threadpoolctl, a read-only install, ``python -m tape
 commands (warmup, cache info|clear), the compile log line and the pytest plugin.
 
 Programs that compile run in subprocesses with a cache folder of their own (``slow``: tens
-of seconds to minutes); the others reuse the suite's cache (``TAPEJIT_SWEEP_GROUPS=all``,
-tests/conftest.py), where loading the sweeps takes a second.
+of seconds to minutes); the others reuse the suite's cache (tests/conftest.py compiles every op's sweeps
+ahead), where loading the sweeps takes a second.
 """
 import ast
 import logging
@@ -74,12 +74,10 @@ LOGGED = textwrap.dedent("""
 
 
 def run(args, cache=None, input=None, check=True, **env_changes):
-    """``python args...`` in a fresh interpreter; with ``cache``, its own cache folder and
-    the op groups its program uses (not the suite's TAPEJIT_SWEEP_GROUPS=all)."""
+    """``python args...`` in a fresh interpreter; with ``cache``, its own cache folder."""
     env = dict(os.environ)
     if cache is not None:
-        for name in ("TAPEJIT_SWEEP_GROUPS", "NUMBA_CACHE_DIR"):
-            env.pop(name, None)
+        env.pop("NUMBA_CACHE_DIR", None)
         env["TAPEJIT_CACHE_DIR"] = str(cache)
     env.update({name: str(value) for name, value in env_changes.items()})
     # Not from the project's folder, whose tapejit would come first on the path: the child
@@ -312,7 +310,7 @@ def test_a_read_only_install_caches_in_its_cache_folder(tmp_path):
         assert f"from {package / '__init__.py'}" in out.stdout
         assert "Warning" not in out.stderr, out.stderr
     assert COMPILING in first.stderr and COMPILING not in second.stderr
-    assert (cache / "sweep_arith_sum.py").exists() and list((cache / "__pycache__").glob("*.nbc"))
+    assert (cache / "sweep_arith.py").exists() and list((cache / "__pycache__").glob("*.nbc"))
 
 
 # ---- the compile log line ------------------------------------------------------------------
@@ -334,15 +332,18 @@ def test_a_compile_logs_why_it_waits_and_a_cached_load_does_not(tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_a_first_gradient_logs_its_compile_with_groups_dtype_and_time(tmp_path):
+def test_a_first_gradient_logs_its_compile_with_ops_dtype_and_time(tmp_path):
+    """A first gradient says what it compiles (each op's sweep, the entry points), why and
+    for how long; the second process compiles nothing."""
     first = run(["-c", LOGGED], cache=tmp_path / "cache")
     assert "grad [2.0, 4.0]" in first.stdout
-    for entry in ("forward", "backward"):      # float32: the default dtype, as torch's
-        assert (f"tapejit INFO compiling the sweeps' {entry} for op groups arith, sum (float32): not in the "
-                "compiled-code cache yet (first use on this install, or tapejit changed); cached afterwards"
-                in first.stderr), first.stderr
-        assert re.search(rf"tapejit INFO compiled the sweeps' {entry} for op groups arith, sum \(float32\) "
-                         r"in \d+\.\d s", first.stderr), first.stderr
+    why = "not in the compiled-code cache yet (first use on this install, or tapejit changed); cached afterwards"
+    # float32: the default dtype, as torch's
+    for what in ("the forward sweep of op mul (op group arith)", "the backward sweep of op mul (op group arith)",
+                 "the forward sweep of op sum (op group sum)", "the sweeps' entry point backward"):
+        assert f"tapejit INFO compiling {what} (float32): {why}" in first.stderr, first.stderr
+        assert re.search(rf"tapejit INFO compiled {re.escape(what)} \(float32\) in \d+\.\d s", first.stderr)
+    assert "float64" not in first.stderr
     second = run(["-c", LOGGED], cache=tmp_path / "cache")
     assert "grad [2.0, 4.0]" in second.stdout and "tapejit INFO" not in second.stderr
 
@@ -356,16 +357,16 @@ def test_help_lists_the_commands():
 
 
 def test_warmup_reports_each_step_with_its_groups_dtype_and_time(capsys):
-    """In the suite's process (every op group's sweeps, compiled by the suite): loads."""
+    """In the suite's process (every op's sweeps, compiled by the suite): loads."""
     assert _cli.main(["warmup", "--groups", "arith", "--dtypes", "float64", "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     lines = err.splitlines()
     steps = [line for line in lines if line.startswith("[")]
-    assert len(steps) == len(precompile.steps(["arith"], ["float64"])) + 1
-    assert re.fullmatch(r"\[\.{24}\] 0/7  forward for op groups .*arith.* \(float64\)  0:\d\d", steps[0])
-    assert re.fullmatch(r"\[#{24}\] 7/7  done  \d+:\d\d", steps[-1])
+    assert len(steps) == len(precompile.steps(["arith"], ["float64"])) + 1 == 4
+    assert re.fullmatch(r"\[\.{24}\] 0/3  op group arith \(float64\)  0:\d\d", steps[0])
+    assert re.fullmatch(r"\[#{24}\] 3/3  done  \d+:\d\d", steps[-1])
     assert "float32" not in err
-    assert re.search(r"compiled or loaded 7 entry points in \d+\.\d s; cache: ", lines[-1])
+    assert re.search(r"compiled or loaded 3 steps in \d+\.\d s; cache: ", lines[-1])
 
 
 def test_warmup_refuses_unknown_groups_and_dtypes(capsys):
@@ -378,21 +379,21 @@ def test_warmup_refuses_unknown_groups_and_dtypes(capsys):
 
 def test_precompile_covers_every_group_and_both_dtypes():
     labels = [label for label, _ in precompile.steps()]
-    every = ", ".join(registry.GROUPS)
     for dtype in ("float64", "float32"):
-        for entry in ("forward", "backward", "forward_chunks", "backward_chunks", "replay", "replay_batch"):
-            assert f"{entry} for op groups {every} ({dtype})" in labels
+        for group in registry.GROUPS:
+            assert f"op group {group} ({dtype})" in labels
+        assert f"entry points ({dtype})" in labels
     assert labels[-1].startswith("graph walks")
+    assert len(labels) == 2 * len(registry.GROUPS) + 3
 
 
 def _fill(cache):
     """A cache folder as tapejit leaves it, without compiling: the generated module for
     arith (its text and record), a Numba entry beside it and one of tapejit's own."""
-    out = run(["-c", f"from tapejit import codegen; codegen.load_sweeps({1 << registry.GROUPS.index('arith')})"],
-              cache=cache)
+    out = run(["-c", "from tapejit import codegen; codegen.load_module('arith')"], cache=cache)
     assert out.returncode == 0
-    (cache / "__pycache__" / "sweep_arith.forward-25.py311.nbi").write_bytes(b"index")
-    (cache / "__pycache__" / "sweep_arith.forward-25.py311.1.nbc").write_bytes(b"x" * 1000)
+    (cache / "__pycache__" / "sweep_arith.forward_add-25.py311.nbi").write_bytes(b"index")
+    (cache / "__pycache__" / "sweep_arith.forward_add-25.py311.1.nbc").write_bytes(b"x" * 1000)
     own = cache / "numba" / "tapejit_0123"
     own.mkdir(parents=True)
     (own / "tape._earliest_reached-727.py311.1.nbc").write_bytes(b"x")
@@ -406,7 +407,7 @@ def test_cache_info_says_where_what_and_which_numba(tmp_path):
     _fill(cache)
     out = tapejit_cli("cache", "info", cache=cache).stdout
     assert re.search(rf"cache folder: {re.escape(str(cache))} \(\d+\.\d MB\)", out)
-    assert "  arith\n    1 compiled entries: forward x1" in out
+    assert "  arith\n    1 compiled entries: forward_add x1" in out
     assert "tapejit's other compiled functions: tape._earliest_reached x1" in out
     (cache / "sweep_arith.sha256").write_text("0123456789abcdef 00\n")
     assert "arith  (stale: another tapejit's ops; compiled again on use)" in tapejit_cli("cache", "info", cache=cache).stdout
@@ -438,8 +439,8 @@ def test_warmup_of_one_group_compiles_every_path_a_program_takes(tmp_path):
     and float32) compiles nothing."""
     cache = tmp_path / "cache"
     warm = tapejit_cli("warmup", "--groups", "arith", "--jobs", "2", cache=cache)
-    assert "13 steps in 2 processes" in warm.stderr
-    assert "13/13  done" in warm.stderr
+    assert "5 steps in 2 processes" in warm.stderr
+    assert "5/5  done" in warm.stderr
     files = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     out = run(["-c", EVERY_PATH], cache=cache)
     assert "every path ok" in out.stdout
@@ -449,15 +450,16 @@ def test_warmup_of_one_group_compiles_every_path_a_program_takes(tmp_path):
 
 @pytest.mark.slow
 def test_warmup_of_every_group(tmp_path):
-    """Every op group for both dtypes, into the suite's cache (the unit
-    TAPEJIT_SWEEP_GROUPS=all loads); then a program of every path compiles nothing."""
+    """Every op group for both dtypes, into the suite's cache; then a program of every path
+    compiles nothing."""
     warm = tapejit_cli("warmup")
     for dtype in ("float64", "float32"):
-        assert f"replay_batch for op groups {', '.join(registry.GROUPS)} ({dtype})" in warm.stderr
-    assert "13/13  done" in warm.stderr
-    out = run(["-c", EVERY_PATH], TAPEJIT_SWEEP_GROUPS="all")
+        assert f"op group decomp ({dtype})" in warm.stderr and f"entry points ({dtype})" in warm.stderr
+    steps = len(precompile.steps())
+    assert f"{steps}/{steps}  done" in warm.stderr
+    out = run(["-c", EVERY_PATH])
     assert "every path ok" in out.stdout and COMPILING not in out.stderr, out.stderr
-    assert "every op group\n" in tapejit_cli("cache", "info").stdout
+    assert "  decomp\n" in tapejit_cli("cache", "info").stdout
 
 
 # ---- the pytest plugin -------------------------------------------------------------------

@@ -7,7 +7,7 @@ Two parts.
   the op's backward runs (``f(x) + (x * c).sum()``, the second term recorded after ``f``
   so that its backward runs first), the op applied twice to the same operands, and one
   tensor passed as every operand (``x * x``, ``where(c, x, x)``), each unchunked and in
-  chunked runs (tapejit/chunked.py) on one and two threads.  The expected gradients are
+  chunked runs (tapejit/executor.py) on one and two threads.  The expected gradients are
   tapejit's own plain ones, which tests/test_gradients.py holds to finite differences
   and PyTorch, so this part needs no torch.
 * NaN, inf, zeros and bad arguments, case by case: each case states PyTorch's result
@@ -21,19 +21,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import chunked, registry
-from tapejit.tape import sweeps
+from tapejit import executor
 
 from test_gradients import CASES
 
 inf = math.inf
 nan = math.nan
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_sweep_module():
-    """Every op group in one sweep module, compiled once for the file."""
-    sweeps((1 << len(registry.GROUPS)) - 1)
 
 
 # ---- part 1: the audit ------------------------------------------------------------------------
@@ -47,9 +40,9 @@ def chunking(request, monkeypatch):
     elements a chunk (tests/test_chunked.py's setting), on one thread or two."""
     threads = CHUNKING[request.param]
     if threads is not None:
-        monkeypatch.setattr(chunked, "MIN_ELEMENTS", 2)
-        monkeypatch.setattr(chunked, "CHUNK", 3)
-        monkeypatch.setattr(chunked, "THREADS", threads)
+        monkeypatch.setattr(executor, "MIN_ELEMENTS", 2)
+        monkeypatch.setattr(executor, "CHUNK", 3)
+        monkeypatch.setattr(executor, "THREADS", threads)
     return request.param
 
 
@@ -208,7 +201,7 @@ def test_shared_operands_of_kernels_match_torch(name):
 def test_chunked_runs_at_full_size_add_to_held_adjoints(threads, monkeypatch):
     """Runs of real chunk size (8,192 elements over 70,000): same-operand products, a
     slice's reader, an activation, the joined sum, with adjoints holding contributions."""
-    monkeypatch.setattr(chunked, "THREADS", threads)
+    monkeypatch.setattr(executor, "THREADS", threads)
     n = 70_000
     rng = np.random.default_rng(8)
     xv = rng.uniform(0.5, 1.5, n)

@@ -13,7 +13,7 @@ from tapejit.nn.layers import Linear, _float_dtype
 from tapejit.nn.module import Module
 from tapejit.nn.parameter import Parameter
 from tapejit.creation import empty
-from tapejit.ops.activation import softmax
+from tapejit.ops.softmax import softmax
 from tapejit.ops.linalg import linear
 from tapejit.ops.indexing import where
 from tapejit.ops.join import cat

@@ -37,7 +37,7 @@ from tapejit.nn.loss_functions import (
     triplet_margin_loss,
 )
 from tapejit.nn.padding import pad
-from tapejit.ops.activation import log_softmax, softmax
+from tapejit.ops.softmax import log_softmax, softmax
 from tapejit.ops.linalg import linear
 from tapejit.ops.indexing import where as _where
 from tapejit.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh

@@ -14,7 +14,8 @@ import numpy as np
 from tapejit import dtypes
 from tapejit.api import export
 from tapejit.recording import name_composite
-from tapejit.ops.activation import binary_cross_entropy_elementwise, log_softmax
+from tapejit.ops.loss import binary_cross_entropy_elementwise
+from tapejit.ops.softmax import log_softmax
 from tapejit.ops.binary import minimum
 from tapejit.ops.linalg import dot
 from tapejit.ops.indexing import _gather, where
@@ -294,7 +295,7 @@ def _check_probabilities(name, t):
 
 def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
     """``-w [t log(x) + (1 - t) log(1 - x)]`` of probabilities ``input``, each log clamped
-    at -100, with PyTorch's gradients (``tapejit/ops/activation.py``)."""
+    at -100, with PyTorch's gradients (``tapejit/ops/loss.py``)."""
     check_reduction(reduction)
     if not isinstance(target, Tensor):
         raise TypeError(f"binary_cross_entropy(): argument 'target' must be Tensor, not {type(target).__name__}")

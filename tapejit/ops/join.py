@@ -123,7 +123,6 @@ def _stack_taped(tensors):
     off = cur[d]
     cur[d] = off + (total or 1)
     tape.append(STACK.opcode * 2 + d, off, -1, -1, p, total)
-    tape.groups |= STACK.bit
     return _taped(tape, off, (len(tensors),) + shape, total, dt, rg)
 
 

@@ -114,7 +114,7 @@ LINEAR_NO_BIAS = same_kernels(
 # ---- front ends ---------------------------------------------------------------------------
 from tapejit.api import export  # noqa: E402
 from tapejit.recording import record, result_dtype, cast as _cast, float_input, broadcast_shapes  # noqa: E402
-from tapejit.recording import on_tape, eager, encode_operand, name_composite  # noqa: E402
+from tapejit.recording import on_tape, eager, encode_operand, name_composite, narrowed, wide  # noqa: E402
 from tapejit.recording import expand as _expand  # noqa: E402
 from tapejit.shapes import numel as _numel  # noqa: E402
 from tapejit.tape import state as _state, current as _current  # noqa: E402
@@ -274,6 +274,8 @@ def linear(input, weight, bias=None):
     if not plain:   # mixed dtypes or a broadcast bias: the general ops promote and broadcast
         out = matmul(input, weight.t())
         return out if bias is None else out + bias
+    if dt.narrow:   # computed in float32 and rounded once, as torch's addmm on half
+        return narrowed(linear(wide(input), wide(weight), None if bias is None else wide(bias)), dt)
     inputs = (input, weight) if bias is None else (input, weight, bias)
     if not on_tape(*inputs):
         return eager(linear, input, weight, bias)

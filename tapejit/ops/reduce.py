@@ -24,7 +24,7 @@ from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 
 
 #: A row of a sum adds its elements in blocks of this many (``row_sum`` each), in order.
-#: The chunked sweeps (tapejit/chunked.py) sum a large run's chunks of the same size apart
+#: The chunked sweeps (tapejit/executor.py) sum a large run's chunks of the same size apart
 #: and add the chunks' sums in the same order, so that both give the same bits.
 SUM_BLOCK = 8192
 
@@ -816,7 +816,7 @@ from tapejit.tensor import _concrete  # noqa: E402
 
 @derivative(sum_forward)
 def _d_sum(c):
-    if c.p < 0:   # a chunk of a full sum (tapejit/chunked.py): ~p elements into one
+    if c.p < 0:   # a chunk of a full sum (tapejit/executor.py): ~p elements into one
         return (_f.gather(c.g, np.zeros(~c.p, np.int64)), None)
     ints = c.tape.ints
     p = c.p

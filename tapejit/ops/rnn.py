@@ -550,7 +550,6 @@ def record_layer(op, mode, xw, w_hh, h0, c0, b_ih, b_hh, w_hr, T, B, H, P, rever
         fields.append(off if want else ~off)
     off = tape.alloc(dt.arena, total)
     tape.append(op.opcode * 2 + dt.arena, off, fields[0], fields[1], p, 0)
-    tape.groups |= op.bit
     return _taped(tape, off, tuple(shape), _numel(shape), dt, rg)
 
 

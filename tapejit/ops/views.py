@@ -173,7 +173,6 @@ def _copy_range(op, x, start, n, shape):
         tape.grow()
     _pack(tape.packed, r * 48, op.opcode * 2 + d, off, xo if rg else ~xo, ~start, n, x._numel or 1)
     tape.n = r + 1
-    tape.groups |= op.bit
     return _range_view(_taped(tape, off, shape, n, dt, rg), op, x, start)
 
 
@@ -213,7 +212,6 @@ def _rows(x):
         t = _taped(tape, off, rest, inner, dt, True)
         t._view = ONE_OF_SEVERAL   # a constant: no allocation in the scalar graphs' hot path
         out.append(t)
-    tape.groups |= UNBIND.bit
     return out
 
 

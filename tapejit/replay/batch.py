@@ -107,7 +107,8 @@ def run_batch(compiled, stacked, kwargs):
     chunks = max(1, min(batch, 4 * numba.get_num_threads()))
     with _one_at_a_time:
         frozen.sweeps.replay_batch(tape.rec, tape.nrec, v0, tape.ints, tape.floats[d], seed_at, seed_values,
-                                   frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks)
+                                   frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks,
+                                   frozen.sweeps.table(d))
     return _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, len(stacked))
 
 

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from tapejit import chunked, registry
+from tapejit import executor, registry
 from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
 from tapejit.dependencies import dependencies, listed_operands
@@ -132,15 +132,16 @@ class Frozen:
         self.arena = 1 if tape.cursor[1] and not tape.cursor[0] else 0
         self.arg_loads = [(ld.arena, ld.off, ld.n, ld.arg) for ld in self.loads if ld.arg is not None]
         self.live_loads = [ld for ld in self.loads if ld.arg is None]
-        # Large arrays replay run by run, as eager mode does (tapejit/chunked.py): chunk by
+        # Large arrays replay run by run, as eager mode does (tapejit/executor.py): chunk by
         # chunk, on every thread, with the vectorized backward loops.
-        self._fast = None if chunked.has_runs(tape) else self._fast_path()
-        self.sweeps = sweeps(tape.groups)
+        self._fast = None if executor.has_runs(tape) else self._fast_path()
+        self.sweeps = sweeps()
         d = self.arena
         if self._fast is not None:
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
             self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
-                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d])
+                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d],
+                               self.sweeps.table(d))
 
     def deliveries(self, seeds, only=None):
         """``[(arena, off, n, shape, arg index or None, leaf or None)]``: the leaves a backward
@@ -253,7 +254,7 @@ class Frozen:
             if kind == "cast":
                 _cast_backward(tape, start, True)
             else:
-                self.check(chunked.backward(tape, sw, start, end, kind, True))
+                self.check(executor.backward(tape, sw, start, end, kind, True))
         for d in (0, 1):
             tape.flags[d][self.load_outs[d]] = 0
 

@@ -71,7 +71,8 @@ class _Call:
             for patch, values in self.patches:
                 patch.write(tape.ints, values)
             frozen.refresh(self.inputs)
-            frozen.sweeps.forward(tape.rec, 0, tape.nrec, tape.vals[d], tape.ints, tape.floats[d])
+            frozen.sweeps.forward(tape.rec, 0, tape.nrec, tape.vals[d], tape.ints, tape.floats[d],
+                                  frozen.sweeps.table(d))
             self.values = tape.vals[d].copy()
             # The backward sweep reads the positions too: keep this call's.
             self.ints = tape.ints.copy() if self.patches else tape.ints
@@ -98,7 +99,7 @@ class _Call:
                     adj[off:off + n] = g
                     flags[off] = 1
             r = frozen.sweeps.backward(tape.rec, 0, tape.nrec, self.values, adj, flags, tape.freed,
-                                       self.ints, tape.floats[d], True)
+                                       self.ints, tape.floats[d], True, frozen.sweeps.table(d))
             results = []
             for _, off, n, shape, _, _ in plan.deliveries:
                 results.append(_concrete(adj[off:off + n].reshape(shape).copy()) if flags[off] else None)

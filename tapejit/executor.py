@@ -213,22 +213,22 @@ def _shifted(rec, start, end, n, backward):
 
 def forward(tape, sw, lo, hi, d):
     """The forward sweep over ``rec[lo:hi]`` (arena ``d``) with large elementwise runs chunked."""
-    rec, ints, floats = tape.rec, tape.ints, tape.floats[d]
+    rec, ints, floats, table = tape.rec, tape.ints, tape.floats[d], sw.table(d)
     if not worth_it(tape):
-        sw.forward(rec, lo, hi, tape.vals[d], ints, floats)
+        sw.forward(rec, lo, hi, tape.vals[d], ints, floats, table)
         return
     at = lo
     for start, end, chunks, cached, sums in _planned(tape, lo, hi, d, False):
         if start > at:
-            sw.forward(rec, at, start, tape.vals[d], ints, floats)
+            sw.forward(rec, at, start, tape.vals[d], ints, floats, table)
         if cached and tape.kept is None:   # a frozen trace's replays read only its kept values
             tape.note_unkept(start, end, d, cached)
-        _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats)
+        _shared_out(sw.forward_chunks, chunks, tape.vals[d], ints, floats, table)
         if sums is not None:
             _add_chunk_sums(tape.vals[d], floats, rec[end - 1], sums)
         at = end
     if hi > at:
-        sw.forward(rec, at, hi, tape.vals[d], ints, floats)
+        sw.forward(rec, at, hi, tape.vals[d], ints, floats, table)
 
 
 def _forward_plan(tape, lo, hi, d):
@@ -344,11 +344,11 @@ def _aligned_reads(rows, kind):
 def backward(tape, sw, lo, hi, d, retain):
     """The backward sweep over ``rec[lo:hi]`` (newest first) with large elementwise runs
     chunked; returns -1 or the index of a record that cannot run, as the sweep does."""
-    rec, freed, ints, floats = tape.rec, tape.freed, tape.ints, tape.floats[d]
+    rec, freed, ints, floats, table = tape.rec, tape.freed, tape.ints, tape.floats[d], sw.table(d)
 
     def whole(first, last):
         return sw.backward(rec, first, last, tape.vals[d], tape.adj[d], tape.flags[d], freed, ints,
-                           floats, retain)
+                           floats, retain, table)
 
     if not worth_it(tape):
         return whole(lo, hi)
@@ -453,7 +453,7 @@ def _backward_run(tape, sw, run, d, retain):
     freeds = np.repeat(freed[None, start:end], k, axis=0)
     status = np.empty(k, np.int64)
     _shared_out(sw.backward_chunks, chunks, v, g, flags, freeds, tape.ints, tape.floats[d], retain, status,
-                apart=bool(slices) and shares > 1)
+                sw.table(d), apart=bool(slices) and shares > 1)
     flags[mirrors] = 0
     flags[in_place] = 0
     if total is not None:
