@@ -16,7 +16,6 @@ import threading
 import numba
 import numpy as np
 
-from tapejit import registry
 from tapejit.replay import rows
 from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
@@ -110,7 +109,7 @@ def run_batch(compiled, stacked, kwargs):
     grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
     seed_at, seed_values = frozen._fast
     if VECTOR_ROWS and rows.supports(frozen):
-        _by_blocks(frozen, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
+        rows.run(frozen, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
         entry.batch_path = "rows"
     else:
         chunks = max(1, min(batch, 4 * numba.get_num_threads()))
@@ -119,29 +118,6 @@ def run_batch(compiled, stacked, kwargs):
                                        frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks)
         entry.batch_path = "per-row"
     return _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, len(stacked))
-
-
-def _by_blocks(frozen, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads):
-    """Every row at once, block of rows by block, rows as the vector axis (``rows.py``)."""
-    tape = frozen.tape
-    d = frozen.arena
-    module = rows.module_for(frozen)
-    slots = tape.cursor[d]
-    width = rows.width_for(slots)
-    blocks = -(-inputs.shape[0] // width)
-    chunks = max(1, min(blocks, numba.get_num_threads()))
-    status = np.empty(chunks, np.int64)
-    fills = rows.fills_of(frozen, set(in_at[:, 0].tolist()))
-    with _one_at_a_time:
-        module.replay_rows(tape.rec, tape.nrec, v0[:slots], tape.ints, tape.floats[d], seed_at, seed_values,
-                           frozen.load_outs[d], fills, in_at, inputs, out_at, outputs, grad_at, grads, width,
-                           chunks, status)
-    stopped = status[status >= 0]
-    if len(stopped):    # not expected: rows.supports() checked every opcode
-        r = int(stopped[0])
-        op = registry.OPS[int(tape.rec[r, 0]) >> 1].name
-        raise RuntimeError(f"tj.compile({frozen.name}).batch: record {r} ({op}) cannot run with rows as the "
-                           f"vector axis")
 
 
 def _entry_for(compiled, first, kwargs):

@@ -12,9 +12,10 @@ Each row is computed by the same rules in the same order as a replay of that row
 
 Parameters and constants (the trace's loads not fed by the batched arguments) are copied
 to every row of the block; the seeds go to every row; the gradients come out per row.
-Blocks of rows are spread over Numba's threads (``prange`` over contiguous shares of
-blocks, each with its own buffers): rows are independent, so the thread count does not
-change a bit of the results.
+Blocks of rows are spread over ``tj.get_num_threads()`` threads (contiguous shares of
+blocks, each with its own buffers; the compiled driver releases the GIL): rows are
+independent, so the thread count does not change a bit of the results.  Python threads,
+not a ``prange``: Numba's parallel compile of the driver took over a minute.
 
 Covered: the elementwise ops (the registry's ``unary`` and ``binary`` kinds, whose rules are
 inlined here as ``tapejit/codegen.py`` inlines them, binary ones with a stride-0 operand
@@ -31,10 +32,12 @@ this file and the row kernels, so an edit to any of them writes it again.
 """
 import hashlib
 import inspect
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tapejit import _numba_load, codegen, registry
+from tapejit import _numba_load, codegen, registry, threads
 from tapejit._inline import inline
 
 #: Elements of arena (values and adjoints) a block aims at: both stay in a core's L2 cache.
@@ -51,83 +54,110 @@ import math  # noqa: F401  (used by inlined rules)
 
 import numpy as np
 
-from numba import prange
-
-from tapejit._jit import kernel, parallel_sweep, sweep  # noqa: F401
-from tapejit.ops._kernel_helpers import acc, acc_strided, at  # noqa: F401
+from tapejit._jit import helper, kernel, sweep  # noqa: F401
+from tapejit.ops._kernel_helpers import acc, at  # noqa: F401
 from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
+
+
+# A binary record's derivatives for one element of a block's rows (``part``) go to the
+# operand's adjoint, or to the per-row sum of a stride-0 operand (``step`` 0).
+@helper
+def deliver(g, part, start, width, mode, step, total):
+    if step == 0:
+        for j in range(width):
+            total[j] += part[j]
+    else:
+        for j in range(width):
+            acc(g, start + j, part[j], mode)
+
+
+@helper
+def start_sum(g, start, width, mode, total):
+    """A stride-0 operand: its adjoint row zeroed if this is its first contribution, its
+    running sums zeroed; returns the mode that adds."""
+    if mode == 1:
+        for j in range(width):
+            g[at(start + j)] = 0.0
+    for j in range(width):
+        total[j] = 0.0
+    return 2
+
+
+@helper
+def end_sum(g, start, width, total):
+    for j in range(width):
+        g[at(start + j)] += total[j]
 '''
 
-# The driver: each of ``chunks`` contiguous shares of the row blocks has its own buffers.
-# ``fills`` (offset, count): slots copied from ``v0`` to every row (parameters, constants);
+# The driver: blocks ``first .. last-1`` of ``width`` rows, with buffers of its own; the
+# threads of ``run`` call it on their shares at once (sweeps release the GIL).  ``fills``
+# (offset, count): slots copied from ``v0`` to every row (parameters, constants);
 # ``in_at``/``out_at``/``grad_at`` (offset, column, count): slots read from the rows of
-# ``x``, and value and adjoint slots written to the rows of ``y`` and ``gx``.  ``status[c]``
-# is -1, or a record share ``c`` could not run (an op this module does not have).
+# ``x``, and value and adjoint slots written to the rows of ``y`` and ``gx``.  Returns -1,
+# or a record it could not run (an op this module does not have).
 _DRIVER = '''
 
-@parallel_sweep
+@sweep
 def replay_rows(rec, n, v0, ints, floats, seed_at, seed_vals, load_outs, fills, in_at, x, out_at, y,
-                grad_at, gx, width, chunks, status):
+                grad_at, gx, width, first, last):
     rows = x.shape[0]
     slots = v0.shape[0]
-    blocks = (rows + width - 1) // width
-    for c in prange(chunks):
-        v = np.empty(slots * width, v0.dtype)
-        g = np.empty(slots * width, v0.dtype)
-        flags = np.zeros(slots, np.uint8)
-        partial = np.empty(4 * width, v0.dtype)
-        sum_a = np.empty(width, np.float64)
-        sum_b = np.empty(width, np.float64)
-        status[c] = -1
-        for block in range(c * blocks // chunks, (c + 1) * blocks // chunks):
-            lo = block * width
-            w = min(width, rows - lo)
-            for k in range(fills.shape[0]):
-                for i in range(fills[k, 1]):
-                    s = fills[k, 0] + i
-                    value = v0[s]
+    v = np.empty(slots * width, v0.dtype)
+    g = np.empty(slots * width, v0.dtype)
+    flags = np.zeros(slots, np.uint8)
+    partial = np.empty(4 * width, v0.dtype)
+    part = np.empty(width, np.float64)
+    sum_a = np.empty(width, np.float64)
+    sum_b = np.empty(width, np.float64)
+    for block in range(first, last):
+        lo = block * width
+        w = min(width, rows - lo)
+        for k in range(fills.shape[0]):
+            for i in range(fills[k, 1]):
+                s = fills[k, 0] + i
+                value = v0[s]
+                for j in range(w):
+                    v[s * w + j] = value
+        for k in range(in_at.shape[0]):
+            for i in range(in_at[k, 2]):
+                s = (in_at[k, 0] + i) * w
+                col = in_at[k, 1] + i
+                for j in range(w):
+                    v[s + j] = x[lo + j, col]
+        r = forward_rows(rec, n, v, w, ints, floats, partial)
+        if r >= 0:
+            return r
+        if seed_at.shape[0] > 0:
+            flags[:] = 0
+            m = 0
+            for k in range(seed_at.shape[0]):
+                off = seed_at[k, 0]
+                first_seed = flags[off] == 0
+                for i in range(seed_at[k, 1]):
+                    s = (off + i) * w
                     for j in range(w):
-                        v[s * w + j] = value
-            for k in range(in_at.shape[0]):
-                for i in range(in_at[k, 2]):
-                    s = (in_at[k, 0] + i) * w
-                    col = in_at[k, 1] + i
-                    for j in range(w):
-                        v[s + j] = x[lo + j, col]
-            r = forward_rows(rec, n, v, w, ints, floats, partial)
-            if r < 0 and seed_at.shape[0] > 0:
-                flags[:] = 0
-                m = 0
-                for k in range(seed_at.shape[0]):
-                    off = seed_at[k, 0]
-                    first = flags[off] == 0
-                    for i in range(seed_at[k, 1]):
-                        s = (off + i) * w
-                        for j in range(w):
-                            if first:
-                                g[s + j] = seed_vals[m + i]
-                            else:
-                                g[s + j] += seed_vals[m + i]
-                    flags[off] = 1
-                    m += seed_at[k, 1]
-                r = backward_rows(rec, n, v, g, w, flags, ints, floats, sum_a, sum_b)
-                for i in range(load_outs.shape[0]):
-                    flags[load_outs[i]] = 0
+                        if first_seed:
+                            g[s + j] = seed_vals[m + i]
+                        else:
+                            g[s + j] += seed_vals[m + i]
+                flags[off] = 1
+                m += seed_at[k, 1]
+            r = backward_rows(rec, n, v, g, w, flags, ints, floats, part, sum_a, sum_b)
             if r >= 0:
-                status[c] = r
-                break
-            for k in range(out_at.shape[0]):
-                for i in range(out_at[k, 2]):
-                    s = (out_at[k, 0] + i) * w
-                    col = out_at[k, 1] + i
-                    for j in range(w):
-                        y[lo + j, col] = v[s + j]
-            for k in range(grad_at.shape[0]):
-                for i in range(grad_at[k, 2]):
-                    s = (grad_at[k, 0] + i) * w
-                    col = grad_at[k, 1] + i
-                    for j in range(w):
-                        gx[lo + j, col] = g[s + j]
+                return r
+        for k in range(out_at.shape[0]):
+            for i in range(out_at[k, 2]):
+                s = (out_at[k, 0] + i) * w
+                col = out_at[k, 1] + i
+                for j in range(w):
+                    y[lo + j, col] = v[s + j]
+        for k in range(grad_at.shape[0]):
+            for i in range(grad_at[k, 2]):
+                s = (grad_at[k, 0] + i) * w
+                col = grad_at[k, 1] + i
+                for j in range(w):
+                    gx[lo + j, col] = g[s + j]
+    return -1
 '''
 
 # The row kernels of the ops with ``runs`` set, by that tag: (module, forward, backward).
@@ -174,19 +204,15 @@ def _forward_case(op, ind):
         return (_const_loads(op, ind) + [f"{ind}so = out * width", f"{ind}sa = a * width",
                                          f"{ind}for i in range(p * width):"] + _indent(rule, ind + "    "))
     if op.kind == "binary":
-        same = inline(op.value, ["v[at(sa + i)]", "v[at(sb + i)]"], "v[at(so + i)]", pre)
-        rows = inline(op.value, ["v[at(ra + j)]", "v[at(rb + j)]"], "v[at(ro + j)]", pre)
-        return ([f"{ind}so = out * width", f"{ind}sa = a * width", f"{ind}sb = b * width",
-                 f"{ind}if q == 0:", f"{ind}    for i in range(p * width):"] + _indent(same, ind + "        ")
-                + [f"{ind}else:",
-                   # a stride-0 operand: one slot, the same for each element of a row
-                   f"{ind}    ea = 1 - (q & 1)",
-                   f"{ind}    eb = 1 - ((q >> 1) & 1)",
-                   f"{ind}    for i in range(p):",
-                   f"{ind}        ro = so + i * width",
-                   f"{ind}        ra = sa + i * ea * width",
-                   f"{ind}        rb = sb + i * eb * width",
-                   f"{ind}        for j in range(width):"] + _indent(rows, ind + "            "))
+        # ``ea``/``eb``: 0 for a stride-0 operand (one slot, the same for every element of a row)
+        rule = inline(op.value, ["v[at(ra + j)]", "v[at(rb + j)]"], "v[at(ro + j)]", pre)
+        return ([f"{ind}ea = 1 - (q & 1)",
+                 f"{ind}eb = 1 - ((q >> 1) & 1)",
+                 f"{ind}for i in range(p):",
+                 f"{ind}    ro = (out + i) * width",
+                 f"{ind}    ra = (a + i * ea) * width",
+                 f"{ind}    rb = (b + i * eb) * width",
+                 f"{ind}    for j in range(width):"] + _indent(rule, ind + "        "))
     forward = _ROW_KERNELS[op.runs][1]
     extra = ", partial" if op.runs == "sum" else ""
     return [f"{ind}{forward}(v, width, out, a, b, p, q, ints, floats{extra})"]
@@ -206,62 +232,34 @@ def _backward_case(op, ind):
 
 
 def _binary_backward(op, ind):
-    """Equal shapes: one unit-stride loop per operand over ``p * width`` elements (codegen's
-    ``_elementwise_backward_case``; each element sees the same operations in the same order
-    as in a row's own sweep).  A stride-0 operand: codegen's ``_backward_case`` with a loop
-    over the block's rows inside, its sum kept per row in float64 (``sum_a``, ``sum_b``)."""
-    lines = [f"{ind}so = out * width", f"{ind}sa = a * width", f"{ind}sb = b * width", f"{ind}if q == 0:"]
-    for grad, start, result, mode in ((op.grad_x, "sa", "da", "ma"), (op.grad_y, "sb", "db", "mb")):
+    """One loop per operand over each element's rows: the rule writes the block's row of
+    derivatives to ``part`` (a unit-stride loop with no branch, which LLVM vectorizes), and
+    ``deliver`` accumulates it into the operand's adjoint, or into the per-row sum a stride-0
+    operand receives (zeroed once, added in float64 as codegen's ``_backward_case`` does
+    for one row).  ``part`` is float64, so a float32 rule's derivative reaches the adjoint
+    with the bits it has there: each element sees the operations of a row's own sweep."""
+    lines = [f"{ind}ea = 1 - (q & 1)",
+             f"{ind}eb = 1 - ((q >> 1) & 1)"]
+    for grad, result, mode, step, start, total in ((op.grad_x, "da", "ma", "ea", "a", "sum_a"),
+                                                   (op.grad_y, "db", "mb", "eb", "b", "sum_b")):
         rule = inline(grad, ["x", "y", "z", "gz"], result, f"_{op.name}_{result}_")
-        lines += ([f"{ind}    if {mode} != 0:",
-                   f"{ind}        for i in range(p * width):",
-                   f"{ind}            x = v[at(sa + i)]",
-                   f"{ind}            y = v[at(sb + i)]",
-                   f"{ind}            z = v[at(so + i)]",
-                   f"{ind}            gz = g[at(so + i)]"]
-                  + _indent(rule, ind + "            ") + [f"{ind}            acc(g, {start} + i, {result}, {mode})"])
-    rx = inline(op.grad_x, ["x", "y", "z", "gz"], "da", f"_{op.name}_dx_")
-    ry = inline(op.grad_y, ["x", "y", "z", "gz"], "db", f"_{op.name}_dy_")
-    deeper = ind + "                "
-    lines += [f"{ind}else:",
-              f"{ind}    ea = 1 - (q & 1)",
-              f"{ind}    eb = 1 - ((q >> 1) & 1)",
-              f"{ind}    if ea == 0 and ma == 1:",
-              f"{ind}        for j in range(width):",
-              f"{ind}            g[at(sa + j)] = 0.0",
-              f"{ind}        ma = 2",
-              f"{ind}    if eb == 0 and mb == 1:",
-              f"{ind}        for j in range(width):",
-              f"{ind}            g[at(sb + j)] = 0.0",
-              f"{ind}        mb = 2",
-              f"{ind}    for j in range(width):",
-              f"{ind}        sum_a[j] = 0.0",
-              f"{ind}        sum_b[j] = 0.0",
-              f"{ind}    for i in range(p):",
-              f"{ind}        ro = so + i * width",
-              f"{ind}        ra = sa + i * ea * width",
-              f"{ind}        rb = sb + i * eb * width",
-              f"{ind}        for j in range(width):",
-              f"{ind}            x = v[at(ra + j)]",
-              f"{ind}            y = v[at(rb + j)]",
-              f"{ind}            z = v[at(ro + j)]",
-              f"{ind}            gz = g[at(ro + j)]",
-              f"{ind}            if ma != 0:"] + _indent(rx, deeper) + [
-              f"{ind}                if ea == 0:",
-              f"{ind}                    sum_a[j] += da",
-              f"{ind}                else:",
-              f"{ind}                    acc_strided(g, ra + j, da, ma)",
-              f"{ind}            if mb != 0:"] + _indent(ry, deeper) + [
-              f"{ind}                if eb == 0:",
-              f"{ind}                    sum_b[j] += db",
-              f"{ind}                else:",
-              f"{ind}                    acc_strided(g, rb + j, db, mb)",
-              f"{ind}    if ea == 0 and ma != 0:",
-              f"{ind}        for j in range(width):",
-              f"{ind}            g[at(sa + j)] += sum_a[j]",
-              f"{ind}    if eb == 0 and mb != 0:",
-              f"{ind}        for j in range(width):",
-              f"{ind}            g[at(sb + j)] += sum_b[j]"]
+        lines += ([f"{ind}if {mode} != 0:",
+                   f"{ind}    if {step} == 0:",
+                   f"{ind}        {mode} = start_sum(g, {start} * width, width, {mode}, {total})",
+                   f"{ind}    for i in range(p):",
+                   f"{ind}        ro = (out + i) * width",
+                   f"{ind}        ra = (a + i * ea) * width",
+                   f"{ind}        rb = (b + i * eb) * width",
+                   f"{ind}        for j in range(width):",
+                   f"{ind}            x = v[at(ra + j)]",
+                   f"{ind}            y = v[at(rb + j)]",
+                   f"{ind}            z = v[at(ro + j)]",
+                   f"{ind}            gz = g[at(ro + j)]"]
+                  + _indent(rule, ind + "            ")
+                  + [f"{ind}            part[j] = {result}",
+                     f"{ind}        deliver(g, part, r{start}, width, {mode}, {step}, {total})",
+                     f"{ind}    if {step} == 0:",
+                     f"{ind}        end_sum(g, {start} * width, width, {total})"])
     return lines
 
 
@@ -312,7 +310,7 @@ def generate_source(ops, digest):
     lines += _dispatch(ops, _forward_case, "        ")
     lines += ["    return -1", "", "",
               "@sweep",
-              "def backward_rows(rec, n, v, g, width, flags, ints, floats, sum_a, sum_b):",
+              "def backward_rows(rec, n, v, g, width, flags, ints, floats, part, sum_a, sum_b):",
               '    """The backward sweep over a block of rows (flags are per slot: every row takes the',
               '    same path); -1, or a record it cannot run."""',
               "    c0 = floats[0] * 0.0",
@@ -460,3 +458,35 @@ def fills_of(frozen, fed):
     loads = rec[(rec[:, 0] >> 1) == load]
     return np.array([(out, n) for out, n in zip(loads[:, 1].tolist(), loads[:, 5].tolist()) if out not in fed],
                     np.int64).reshape(-1, 2)
+
+
+_pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
+if hasattr(os, "register_at_fork"):
+    # a forked child has none of the parent's worker threads: it makes its own pool
+    os.register_at_fork(after_in_child=lambda: _pool.__setitem__(slice(None), [None, 0]))
+
+
+def run(frozen, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx):
+    """Replay ``frozen`` for every row of ``x`` (see the module docstring): ``y``, ``gx``
+    receive the rows' values and gradients.  ``v0``: the arena after a refresh (parameters,
+    constants); the other arguments as the per-row ``replay_batch`` takes them."""
+    tape = frozen.tape
+    d = frozen.arena
+    module = module_for(frozen)
+    slots = tape.cursor[d]
+    width = width_for(slots)
+    blocks = -(-x.shape[0] // width)
+    shares = max(1, min(blocks, threads.get_num_threads()))
+    bounds = [blocks * i // shares for i in range(shares + 1)]
+    fills = fills_of(frozen, set(in_at[:, 0].tolist()))
+    args = (tape.rec, tape.nrec, v0[:slots], tape.ints, tape.floats[d], seed_at, seed_values,
+            frozen.load_outs[d], fills, in_at, x, out_at, y, grad_at, gx, width)
+    if _pool[1] < shares - 1:
+        _pool[:] = [ThreadPoolExecutor(shares - 1, thread_name_prefix="tapejit-rows"), shares - 1]
+    others = [_pool[0].submit(module.replay_rows, *args, bounds[i], bounds[i + 1]) for i in range(1, shares)]
+    stopped = [module.replay_rows(*args, bounds[0], bounds[1])] + [f.result() for f in others]
+    for r in stopped:
+        if r >= 0:    # not expected: supports() checked every opcode
+            op = registry.OPS[int(tape.rec[r, 0]) >> 1].name
+            raise RuntimeError(f"tj.compile({frozen.name}).batch: record {r} ({op}) cannot run with rows "
+                               f"as the vector axis")
