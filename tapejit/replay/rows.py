@@ -24,8 +24,8 @@ as recorded in ``q``), the copies of a contiguous range (``runs="copy"``: slices
 their kernels in ``tapejit/ops``.  ``supports(frozen)`` says whether a trace has only those;
 a trace with any other op is replayed row by row as before (``batch.py``).
 
-The module is generated once per op groups (those of the trace, with those already loaded
-in this process), written to tapejit's private cache folder as ``rows_<groups>.py`` and
+The module is generated once per set of op groups (``BASE_GROUPS``, with those of the
+traces batched in this process), written to tapejit's private cache folder as ``rows_<groups>.py`` and
 compiled by Numba into its cache there, as ``codegen.py`` does for the sweeps; nothing is
 generated or compiled unless ``batch()`` runs.  Its text carries a hash of the registry,
 this file and the row kernels, so an edit to any of them writes it again.
@@ -40,6 +40,9 @@ import numpy as np
 from tapejit import _numba_load, codegen, registry, threads
 from tapejit._inline import inline
 
+#: Always in the module: the groups of most numeric traces, so that most programs compile
+#: one module once (a trace with more groups makes one with them too).
+BASE_GROUPS = ("arith", "math", "copy", "sum")
 #: Elements of arena (values and adjoints) a block aims at: both stay in a core's L2 cache.
 BLOCK_ELEMENTS = 1 << 15
 MIN_WIDTH = 16
@@ -389,9 +392,9 @@ def _groups_of(frozen):
 
 
 def module_for(frozen):
-    """The generated module covering the groups of ``frozen``'s ops (and those this process
-    loaded already: one module at a time, as ``tape.sweeps``)."""
-    mask = _groups_of(frozen) | _loaded["groups"]
+    """The generated module covering the groups of ``frozen``'s ops, those this process
+    loaded already (one module at a time, as ``tape.sweeps``) and ``BASE_GROUPS``."""
+    mask = _groups_of(frozen) | _loaded["groups"] | codegen.group_mask(BASE_GROUPS)
     if mask == _loaded["groups"] and _loaded["module"] is not None:
         return _loaded["module"]
     module = _load(mask)
