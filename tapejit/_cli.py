@@ -212,10 +212,11 @@ def _ours(folder):
     records, their bytecode and Numba's entries beside them, Numba's entries for tapejit's
     own modules (``numba/``).  Nothing else: ``TAPEJIT_CACHE_DIR`` may name a folder that
     holds other files too."""
-    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.startswith("sweep_")]
+    generated = ("sweep_", "rows_")     # codegen.py's sweeps, replay/rows.py's batched replay
+    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.startswith(generated)]
     pycache = os.path.join(folder, "__pycache__")
     if os.path.isdir(pycache):
-        paths += [os.path.join(pycache, n) for n in sorted(os.listdir(pycache)) if n.startswith("sweep_")]
+        paths += [os.path.join(pycache, n) for n in sorted(os.listdir(pycache)) if n.startswith(generated)]
     if os.path.isdir(os.path.join(folder, "numba")):
         paths.append(os.path.join(folder, "numba"))
     return paths

@@ -393,6 +393,8 @@ def _fill(cache):
     assert out.returncode == 0
     (cache / "__pycache__" / "sweep_arith.forward-25.py311.nbi").write_bytes(b"index")
     (cache / "__pycache__" / "sweep_arith.forward-25.py311.1.nbc").write_bytes(b"x" * 1000)
+    (cache / "rows_arith_math_activation_copy_sum.py").write_text("# batched replay's module (replay/rows.py)")
+    (cache / "__pycache__" / "rows_arith_math_activation_copy_sum.replay_rows-80.py311.nbi").write_bytes(b"index")
     own = cache / "numba" / "tapejit_0123"
     own.mkdir(parents=True)
     (own / "tape._earliest_reached-727.py311.1.nbc").write_bytes(b"x")

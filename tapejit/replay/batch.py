@@ -93,10 +93,15 @@ def run_batch(compiled, stacked, kwargs):
         if x is not None:
             columns[i] = width
             width += int(np.prod(x.shape[1:], dtype=np.int64))
-    inputs = np.empty((batch, width), dt)
-    for i, x in enumerate(arrays):
-        if x is not None:
-            inputs[:, columns[i]:columns[i] + x[0].size] = x.reshape(batch, -1)
+    batched = [x for x in arrays if x is not None]
+    if len(batched) == 1 and batched[0].dtype == dt and batched[0].flags.c_contiguous \
+            and batched[0].flags.writeable:     # (a read-only array is another type to compile for)
+        inputs = batched[0].reshape(batch, width)      # only read: no copy
+    else:
+        inputs = np.empty((batch, width), dt)
+        for i, x in enumerate(arrays):
+            if x is not None:
+                inputs[:, columns[i]:columns[i] + x[0].size] = x.reshape(batch, -1)
     in_at = np.array([(ld.off, columns[ld.arg], ld.n) for ld in frozen.loads
                       if ld.arg is not None and ld.arg in columns], np.int64).reshape(-1, 3)
     if functional is not None:
@@ -108,8 +113,9 @@ def run_batch(compiled, stacked, kwargs):
     grads = np.zeros((batch, sum(n for _, _, n in grad_at)), dt)
     grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
     seed_at, seed_values = frozen._fast
-    if VECTOR_ROWS and rows.supports(frozen):
-        rows.run(frozen, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
+    found = rows.plan(frozen) if VECTOR_ROWS else None
+    if found is not None:
+        rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
         entry.batch_path = "rows"
     else:
         chunks = max(1, min(batch, 4 * numba.get_num_threads()))
@@ -180,7 +186,9 @@ def _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, nar
     per_arg = []
     for i in nums:
         col, shape, n = grad_shapes[i % nargs]
-        per_arg.append(grads[:, col:col + n].reshape((batch,) + tuple(shape)).copy())
+        g = grads[:, col:col + n].reshape((batch,) + tuple(shape))
+        whole = single and n == grads.shape[1]      # the caller's alone: no copy
+        per_arg.append(g if whole else g.copy())
     g = per_arg[0] if single else tuple(per_arg)
     if compiled.functional[4] == "grad":
         return g

@@ -21,18 +21,19 @@ Covered: the elementwise ops (the registry's ``unary`` and ``binary`` kinds, who
 inlined here as ``tapejit/codegen.py`` inlines them, binary ones with a stride-0 operand
 as recorded in ``q``), the copies of a contiguous range (``runs="copy"``: slices, reshapes,
 ``select``) and the sums and means (``runs="sum"``), with the row kernels written beside
-their kernels in ``tapejit/ops``.  ``supports(frozen)`` says whether a trace has only those;
+their kernels in ``tapejit/ops``.  ``plan(frozen)`` is None unless a trace has only those;
 a trace with any other op is replayed row by row as before (``batch.py``).
 
 The module is generated once per set of op groups (``BASE_GROUPS``, with those of the
-traces batched in this process), written to tapejit's private cache folder as ``rows_<groups>.py`` and
-compiled by Numba into its cache there, as ``codegen.py`` does for the sweeps; nothing is
-generated or compiled unless ``batch()`` runs.  Its text carries a hash of the registry,
+traces batched in this process), written to tapejit's private cache folder as
+``rows_<groups>.py`` and compiled by Numba into its cache there, as ``codegen.py`` does for
+the sweeps; nothing is generated or compiled unless ``batch()`` runs.  Its text carries a hash of the registry,
 this file and the row kernels, so an edit to any of them writes it again.
 """
 import hashlib
 import inspect
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -42,7 +43,7 @@ from tapejit._inline import inline
 
 #: Always in the module: the groups of most numeric traces, so that most programs compile
 #: one module once (a trace with more groups makes one with them too).
-BASE_GROUPS = ("arith", "math", "copy", "sum")
+BASE_GROUPS = ("arith", "math", "activation", "copy", "sum")
 #: Elements of arena (values and adjoints) a block aims at: both stay in a core's L2 cache.
 BLOCK_ELEMENTS = 1 << 15
 MIN_WIDTH = 16
@@ -268,7 +269,7 @@ def _binary_backward(op, ind):
 
 def _dispatch(ops, case, ind):
     """An if/elif ladder over opcodes (ops running the same code share a branch), ending in
-    ``return r`` for any other opcode: never reached through ``supports``, never silent."""
+    ``return r`` for any other opcode: never reached through ``plan``, never silent."""
     branches = {}
     for op in ops:
         if op.kind == "load":
@@ -361,12 +362,37 @@ def _covered_table():
     return _covered
 
 
-def supports(frozen):
-    """Whether every record of ``frozen``'s tape runs here (one float dtype, covered ops)."""
+class _Plan:
+    """What a batch of a frozen trace needs besides its rows, worked out at its first batch:
+    the op groups of its records and the slots copied to every row (``fills``, by the set
+    of slots the batched arguments feed)."""
+    __slots__ = ("mask", "fills")
+
+    def __init__(self, mask):
+        self.mask = mask
+        self.fills = {}
+
+
+_plans = weakref.WeakKeyDictionary()    # Frozen -> _Plan, or None: not covered
+
+
+def plan(frozen):
+    """The ``_Plan`` of ``frozen``, or None if a record of it does not run here (an op not
+    covered, or two float dtypes)."""
+    try:
+        return _plans[frozen]
+    except KeyError:
+        pass
     tape = frozen.tape
-    if frozen.mixed:
-        return False
-    return bool(_covered_table()[tape.rec[:tape.nrec, 0] >> 1].all())
+    opcodes = np.unique(tape.rec[:tape.nrec, 0] >> 1)
+    found = None
+    if not frozen.mixed and _covered_table()[opcodes].all():
+        mask = 0
+        for opcode in opcodes.tolist():
+            mask |= registry.OPS[opcode].bit
+        found = _Plan(mask)
+    _plans[frozen] = found
+    return found
 
 
 def digest():
@@ -383,18 +409,10 @@ def digest():
     return _digest[0]
 
 
-def _groups_of(frozen):
-    tape = frozen.tape
-    mask = 0
-    for opcode in np.unique(tape.rec[:tape.nrec, 0] >> 1).tolist():
-        mask |= registry.OPS[opcode].bit
-    return mask
-
-
-def module_for(frozen):
-    """The generated module covering the groups of ``frozen``'s ops, those this process
-    loaded already (one module at a time, as ``tape.sweeps``) and ``BASE_GROUPS``."""
-    mask = _groups_of(frozen) | _loaded["groups"] | codegen.group_mask(BASE_GROUPS)
+def module_for(mask):
+    """The generated module covering op groups ``mask``, those this process loaded already
+    (one module at a time, as ``tape.sweeps``) and ``BASE_GROUPS``."""
+    mask |= _loaded["groups"] | codegen.group_mask(BASE_GROUPS)
     if mask == _loaded["groups"] and _loaded["module"] is not None:
         return _loaded["module"]
     module = _load(mask)
@@ -469,19 +487,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _pool.__setitem__(slice(None), [None, 0]))
 
 
-def run(frozen, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx):
-    """Replay ``frozen`` for every row of ``x`` (see the module docstring): ``y``, ``gx``
-    receive the rows' values and gradients.  ``v0``: the arena after a refresh (parameters,
-    constants); the other arguments as the per-row ``replay_batch`` takes them."""
+def run(frozen, found, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx):
+    """Replay ``frozen`` (its ``plan``: ``found``) for every row of ``x`` (see the module
+    docstring): ``y``, ``gx`` receive the rows' values and gradients.  ``v0``: the arena
+    after a refresh (parameters, constants); the other arguments as the per-row
+    ``replay_batch`` takes them."""
     tape = frozen.tape
     d = frozen.arena
-    module = module_for(frozen)
+    module = module_for(found.mask)
     slots = tape.cursor[d]
     width = width_for(slots)
     blocks = -(-x.shape[0] // width)
     shares = max(1, min(blocks, threads.get_num_threads()))
     bounds = [blocks * i // shares for i in range(shares + 1)]
-    fills = fills_of(frozen, set(in_at[:, 0].tolist()))
+    fed = tuple(in_at[:, 0].tolist())
+    fills = found.fills.get(fed)
+    if fills is None:
+        fills = found.fills[fed] = fills_of(frozen, set(fed))
     args = (tape.rec, tape.nrec, v0[:slots], tape.ints, tape.floats[d], seed_at, seed_values,
             frozen.load_outs[d], fills, in_at, x, out_at, y, grad_at, gx, width)
     if _pool[1] < shares - 1:
@@ -489,7 +511,20 @@ def run(frozen, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx):
     others = [_pool[0].submit(module.replay_rows, *args, bounds[i], bounds[i + 1]) for i in range(1, shares)]
     stopped = [module.replay_rows(*args, bounds[0], bounds[1])] + [f.result() for f in others]
     for r in stopped:
-        if r >= 0:    # not expected: supports() checked every opcode
+        if r >= 0:    # not expected: plan() checked every opcode
             op = registry.OPS[int(tape.rec[r, 0]) >> 1].name
             raise RuntimeError(f"tj.compile({frozen.name}).batch: record {r} ({op}) cannot run with rows "
                                f"as the vector axis")
+
+
+def warm(mask, dtype):
+    """Compile (or load from the cache) the module for op groups ``mask`` for arenas of
+    ``dtype``: its driver called as ``run`` calls it, over no rows and no records (for
+    ``tapejit/precompile.py``'s steps)."""
+    dt = np.dtype(dtype)
+    rec = np.zeros((1, 6), np.int64)
+    at2, at3 = np.zeros((0, 2), np.int64), np.zeros((0, 3), np.int64)
+    rows = np.zeros((0, 1), dt)
+    module_for(mask).replay_rows(rec, 0, np.zeros(1, dt), np.zeros(1, np.int64), np.zeros(2, dt), at2,
+                                 np.zeros(0, dt), np.zeros(0, np.int64), at2, at3, rows, at3, rows.copy(), at3,
+                                 rows.copy(), MIN_WIDTH, 0, 0)
