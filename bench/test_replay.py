@@ -308,8 +308,8 @@ def check_threads_used(threads):
 
 #: ``(peer, threads)`` of the batch group: JAX's CPU client has one thread in this process
 #: (conftest.py's XLA_FLAGS, read once), so JAX runs on one only
-BATCH_ROWS_PEERS = tuple((peer, threads) for peer in ("tapejit", "numba_rows", "jax", "torch") for threads in (1, 2)
-                         if not (peer == "jax" and threads == 2))
+BATCH_ROWS_PEERS = tuple((peer, threads) for peer in ("tapejit", "tapejit_per_row", "numba_rows", "jax", "torch")
+                         for threads in (1, 2) if not (peer == "jax" and threads == 2))
 #: rows per block of the hand-written loop: its block stays in cache, rows fill vectors
 NUMBA_ROWS_BLOCK = 256
 
@@ -347,10 +347,21 @@ def rosen_rows_by_hand(X, values, grads):
 def rosen_batch_row(peer, tj, X, threads):
     """``fn`` with ``fn(X) -> (values, gradients)`` for every row of ``X``, for ``peer``
     on ``threads`` threads (set by the caller for tapejit, Numba and torch)."""
-    if peer == "tapejit":
+    if peer in ("tapejit", "tapejit_per_row"):
         compiled = tj.compile(tj.value_and_grad(W.rosen))
         compiled(X[0])                       # the trace, also used by the single replays
-        return compiled.batch
+        if peer == "tapejit":
+            return compiled.batch
+        from tapejit.replay import batch
+
+        def per_row(X):                      # the replay row by row that batch() falls back to
+            batch.VECTOR_ROWS = False
+            try:
+                return compiled.batch(X)
+            finally:
+                batch.VECTOR_ROWS = True
+        per_row.__self__ = compiled
+        return per_row
     if peer == "numba_rows":
         def by_hand(X):
             values, grads = np.empty(len(X)), np.empty_like(X)
@@ -377,7 +388,8 @@ def rosen_batch_row(peer, tj, X, threads):
 @pytest.mark.parametrize(("peer", "threads"), BATCH_ROWS_PEERS)
 def test_rosenbrock_batch(peer, benchmark, threads):
     """Value and gradient of every row of 20,000 points of n=10: ``compiled.batch(X)``
-    (rows as the vector axis), a hand-written Numba loop with the row index innermost,
+    (rows as the vector axis; ``tapejit_per_row``: its fallback, a replay per row in a
+    ``prange``), a hand-written Numba loop with the row index innermost,
     ``jax.jit(jax.vmap(jax.value_and_grad))`` and ``torch.func.vmap(grad_and_value)``, on 1
     and on 2 threads (``tj.set_num_threads``; Numba's and torch's for those peers)."""
     pool = numba.config.NUMBA_NUM_THREADS
@@ -396,23 +408,23 @@ def test_rosenbrock_batch(peer, benchmark, threads):
     if peer == "torch":
         lib.tl.set_num_threads(threads)
     try:
-        if peer == "numba_rows":
+        if peer in ("numba_rows", "tapejit_per_row"):    # their threads are Numba's
             check_threads_used(threads)
         values, grads = fn(X)
         assert values.shape == (BATCH_ROWS,) and grads.shape == (BATCH_ROWS, BATCH_N)
         for i in BATCH_CHECK_ROWS:
             what = f"{peer}: batch row {i} ({threads} threads)"
-            if peer == "tapejit":
+            if peer.startswith("tapejit"):
                 assert_same_result((values[i], grads[i]), fn.__self__(X[i]), what + " vs a single replay")
             check_rosen((values[i], grads[i]), X[i], what)
         benchmark.group = T.GROUP_C_BATCH
         benchmark.extra_info["threads"] = threads
         benchmark.extra_info["rows"] = BATCH_ROWS
         out = benchmark(fn, X)
-        if peer == "tapejit":
+        if peer.startswith("tapejit"):
             np.testing.assert_array_equal(out[0], values, err_msg="timed batch: values")
             np.testing.assert_array_equal(out[1], grads, err_msg="timed batch: gradients")
-            assert fn.__self__.stats()["batch"] == ["rows"]
+            assert fn.__self__.stats()["batch"] == ["rows" if peer == "tapejit" else "per-row"]
             only_trace(fn.__self__)
         assert numba.get_num_threads() == threads
     finally:

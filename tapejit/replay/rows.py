@@ -119,15 +119,17 @@ def replay_rows(rec, n, v0, ints, floats, seed_at, seed_vals, load_outs, fills, 
         for k in range(fills.shape[0]):
             for i in range(fills[k, 1]):
                 s = fills[k, 0] + i
-                value = v0[s]
+                value = v0[at(s)]
                 for j in range(w):
-                    v[s * w + j] = value
-        for k in range(in_at.shape[0]):
-            for i in range(in_at[k, 2]):
-                s = (in_at[k, 0] + i) * w
-                col = in_at[k, 1] + i
-                for j in range(w):
-                    v[s + j] = x[lo + j, col]
+                    v[at(s * w + j)] = value
+        # Transposes row by row: each row of x is read where it lies (a column walk over
+        # the block's rows cost 1 ns an element, as much as the forward sweep).
+        for j in range(w):
+            for k in range(in_at.shape[0]):
+                s = in_at[k, 0] * w + j
+                col = in_at[k, 1]
+                for i in range(in_at[k, 2]):
+                    v[at(s + i * w)] = x[at(lo + j), at(col + i)]
         r = forward_rows(rec, n, v, w, ints, floats, partial)
         if r >= 0:
             return r
@@ -149,18 +151,17 @@ def replay_rows(rec, n, v0, ints, floats, seed_at, seed_vals, load_outs, fills, 
             r = backward_rows(rec, n, v, g, w, flags, ints, floats, part, sum_a, sum_b)
             if r >= 0:
                 return r
-        for k in range(out_at.shape[0]):
-            for i in range(out_at[k, 2]):
-                s = (out_at[k, 0] + i) * w
-                col = out_at[k, 1] + i
-                for j in range(w):
-                    y[lo + j, col] = v[s + j]
-        for k in range(grad_at.shape[0]):
-            for i in range(grad_at[k, 2]):
-                s = (grad_at[k, 0] + i) * w
-                col = grad_at[k, 1] + i
-                for j in range(w):
-                    gx[lo + j, col] = g[s + j]
+        for j in range(w):
+            for k in range(out_at.shape[0]):
+                s = out_at[k, 0] * w + j
+                col = out_at[k, 1]
+                for i in range(out_at[k, 2]):
+                    y[at(lo + j), at(col + i)] = v[at(s + i * w)]
+            for k in range(grad_at.shape[0]):
+                s = grad_at[k, 0] * w + j
+                col = grad_at[k, 1]
+                for i in range(grad_at[k, 2]):
+                    gx[at(lo + j), at(col + i)] = g[at(s + i * w)]
     return -1
 '''
 
