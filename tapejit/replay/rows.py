@@ -25,7 +25,7 @@ their kernels in ``tapejit/ops``.  ``plan(frozen)`` is None unless a trace has o
 a trace with any other op is replayed row by row as before (``batch.py``).
 
 The module is generated once per set of op groups (``BASE_GROUPS``, with those of the
-traces batched in this process), written to tapejit's private cache folder as
+traces batched in this process; every group with ``TAPEJIT_SWEEP_GROUPS=all``), written to tapejit's private cache folder as
 ``rows_<groups>.py`` and compiled by Numba into its cache there, as ``codegen.py`` does for
 the sweeps; nothing is generated or compiled unless ``batch()`` runs.  Its text carries a hash of the registry,
 this file and the row kernels, so an edit to any of them writes it again.
@@ -352,7 +352,10 @@ def generate_source(ops, digest):
 # ---- which module -------------------------------------------------------------------------
 
 _covered = None          # opcode -> bool
-_loaded = {"groups": 0, "module": None}
+# TAPEJIT_SWEEP_GROUPS=all: every group from the start, as the sweeps (tape.sweeps), so that
+# ``python -m tapejit warmup`` of every group covers any trace.
+_loaded = {"groups": (1 << len(registry.GROUPS)) - 1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0,
+           "module": None}
 _digest = []
 
 
