@@ -53,7 +53,7 @@ BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
 
 #: row (the ``peer`` parameter) -> the peer library it needs
 ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit",
-               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy"}
+               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "tapejit_per_row": "tapejit"}
 
 
 def load_row(row):
