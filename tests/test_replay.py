@@ -654,7 +654,8 @@ def test_batch_by_rows_in_float32_and_on_any_thread_count():
         _assert_same_bits(result[1], one[1][1])
 
 
-def test_batch_of_an_op_rows_do_not_cover_runs_row_by_row():
+def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch):
+    from tapejit.replay import rows
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)))
     xs = np.random.default_rng(6).uniform(-1, 1, (9, 4))
     values, grads = f.batch(xs)
@@ -663,6 +664,11 @@ def test_batch_of_an_op_rows_do_not_cover_runs_row_by_row():
     c = np.cumsum(xs, 1)
     np.testing.assert_allclose(values, (c * c).sum(1), rtol=1e-13)
     np.testing.assert_allclose(grads, np.cumsum((2 * c)[:, ::-1], 1)[:, ::-1], rtol=1e-13)
+    monkeypatch.setattr(rows, "MAX_SLOTS", 8)       # the arena: 4 + 3 + 3 + ... slots
+    g = tj.compile(tj.value_and_grad(_rosen))
+    values, grads = g.batch(xs)
+    assert g.stats()["batch"] == ["per-row"]
+    assert values[3] == g(xs[3])[0]
 
 
 def test_batch_refuses_a_training_step():

@@ -44,6 +44,9 @@ from tapejit._inline import inline
 #: Always in the module: the groups of most numeric traces, so that most programs compile
 #: one module once (a trace with more groups makes one with them too).
 BASE_GROUPS = ("arith", "math", "activation", "copy", "sum")
+#: Larger arenas replay row by row: their records are long enough to vectorize along their
+#: elements, and a block of ``MIN_WIDTH`` rows would hold 16 copies of the arena per thread.
+MAX_SLOTS = 1 << 17
 #: Elements of arena (values and adjoints) a block aims at: both stay in a core's L2 cache.
 BLOCK_ELEMENTS = 1 << 15
 MIN_WIDTH = 16
@@ -250,14 +253,33 @@ def _backward_case(op, ind):
 
 
 def _binary_backward(op, ind):
-    """One loop per operand over each element's rows: the rule writes the block's row of
-    derivatives to ``part`` (a unit-stride loop with no branch, which LLVM vectorizes), and
-    ``deliver`` accumulates it into the operand's adjoint, or into the per-row sum a stride-0
-    operand receives (zeroed once, added in float64 as codegen's ``_backward_case`` does
-    for one row).  ``part`` is float64, so a float32 rule's derivative reaches the adjoint
-    with the bits it has there: each element sees the operations of a row's own sweep."""
-    lines = [f"{ind}ea = 1 - (q & 1)",
-             f"{ind}eb = 1 - ((q >> 1) & 1)"]
+    """Equal shapes: one flat loop per operand, as codegen's ``_elementwise_backward_case``.
+    A stride-0 operand: one loop per operand over each element's rows; the rule writes the
+    block's row of derivatives to ``part`` (a unit-stride loop with no branch, which LLVM
+    vectorizes), and ``deliver`` accumulates it into the operand's adjoint, or into the
+    per-row sum a stride-0 operand receives (zeroed once, added in float64 as codegen's
+    ``_backward_case`` does for one row).  ``part`` is float64, so a float32 rule's
+    derivative reaches the adjoint with the bits it has there.  Either way each element
+    sees the operations of a row's own sweep, in the same order."""
+    lines = [f"{ind}if q == 0:"]
+    # Equal shapes, the common case: straight into the adjoints, one unit-stride loop per
+    # operand over the block (no pass through ``part``: a third less time per record).
+    for grad, index, result, mode in ((op.grad_x, "sa", "da", "ma"), (op.grad_y, "sb", "db", "mb")):
+        rule = inline(grad, ["x", "y", "z", "gz"], result, f"_{op.name}_flat_{result}_")
+        lines += ([f"{ind}    if {mode} != 0:",
+                   f"{ind}        so = out * width",
+                   f"{ind}        sa = a * width",
+                   f"{ind}        sb = b * width",
+                   f"{ind}        for i in range(p * width):",
+                   f"{ind}            x = v[at(sa + i)]",
+                   f"{ind}            y = v[at(sb + i)]",
+                   f"{ind}            z = v[at(so + i)]",
+                   f"{ind}            gz = g[at(so + i)]"]
+                  + _indent(rule, ind + "            ") + [f"{ind}            acc(g, {index} + i, {result}, {mode})"])
+    lines += [f"{ind}else:"]
+    ind += "    "
+    lines += [f"{ind}ea = 1 - (q & 1)",
+              f"{ind}eb = 1 - ((q >> 1) & 1)"]
     for grad, result, mode, step, start, total in ((op.grad_x, "da", "ma", "ea", "a", "sum_a"),
                                                    (op.grad_y, "db", "mb", "eb", "b", "sum_b")):
         rule = inline(grad, ["x", "y", "z", "gz"], result, f"_{op.name}_{result}_")
@@ -395,7 +417,7 @@ _plans = weakref.WeakKeyDictionary()    # Frozen -> _Plan, or None: not covered
 
 def plan(frozen):
     """The ``_Plan`` of ``frozen``, or None if a record of it does not run here (an op not
-    covered, or two float dtypes)."""
+    covered, or two float dtypes) or its arena is larger than ``MAX_SLOTS``."""
     try:
         return _plans[frozen]
     except KeyError:
@@ -403,7 +425,7 @@ def plan(frozen):
     tape = frozen.tape
     opcodes = np.unique(tape.rec[:tape.nrec, 0] >> 1)
     found = None
-    if not frozen.mixed and _covered_table()[opcodes].all():
+    if not frozen.mixed and tape.cursor[frozen.arena] <= MAX_SLOTS and _covered_table()[opcodes].all():
         mask = 0
         for opcode in opcodes.tolist():
             mask |= registry.OPS[opcode].bit
