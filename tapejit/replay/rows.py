@@ -5,8 +5,9 @@ row: for 20,000 rows of a ten-element Rosenbrock it pays the dispatch of each re
 times, on nine elements at a time.  Here a block of rows is replayed at once.  Its arena
 holds slot ``s`` of row ``j`` at ``s * width + j`` (rows innermost and contiguous), so every
 record is one loop over its elements and the block's rows: an elementwise record or a
-copy of a contiguous range is a single loop over ``p * width`` elements, which LLVM
-vectorizes across rows (as XLA's vmap does), and the dispatch is paid once per block.
+copy of a contiguous range is a single loop over ``p * width`` elements (a broadcast
+operand: a loop over the rows per element), which LLVM vectorizes across rows (as XLA's
+vmap does), and the dispatch is paid once per block.
 Each row is computed by the same rules in the same order as a replay of that row alone
 (sums add in the sum kernel's order), so results are identical to the per-row path.
 
@@ -25,16 +26,20 @@ their kernels in ``tapejit/ops``.  ``plan(frozen)`` is None unless a trace has o
 a trace with any other op is replayed row by row as before (``batch.py``).
 
 The module is generated once per set of op groups (``BASE_GROUPS``, with those of the
-traces batched in this process; every group with ``TAPEJIT_SWEEP_GROUPS=all``), written to tapejit's private cache folder as
-``rows_<groups>.py`` and compiled by Numba into its cache there, as ``codegen.py`` does for
-the sweeps; nothing is generated or compiled unless ``batch()`` runs.  Its text carries a hash of the registry,
-this file and the row kernels, so an edit to any of them writes it again.
+traces batched in this process; every group with ``TAPEJIT_SWEEP_GROUPS=all``), written to
+tapejit's private cache folder as ``rows_<groups>.py`` and compiled by Numba into its cache
+there, as ``codegen.py`` does for the sweeps; nothing is generated or compiled unless
+``batch()`` runs.  Its text carries a hash of the registry, this file and the row kernels,
+so an edit to any of them writes it again.
 """
 import hashlib
+import importlib
 import inspect
 import os
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -197,7 +202,6 @@ def covered(op):
 
 
 def _row_kernels():
-    import importlib
     found = {}
     for kind, (module, forward, backward) in _ROW_KERNELS.items():
         m = importlib.import_module(module)
@@ -392,6 +396,7 @@ _covered = None          # opcode -> bool
 _loaded = {"groups": (1 << len(registry.GROUPS)) - 1 if os.environ.get("TAPEJIT_SWEEP_GROUPS", "") == "all" else 0,
            "module": None}
 _digest = []
+_load_lock = threading.Lock()
 
 
 def _covered_table():
@@ -454,9 +459,11 @@ def module_for(mask):
     mask |= _loaded["groups"] | codegen.group_mask(BASE_GROUPS)
     if mask == _loaded["groups"] and _loaded["module"] is not None:
         return _loaded["module"]
-    module = _load(mask)
-    _loaded["groups"], _loaded["module"] = mask, module
-    return module
+    with _load_lock:    # batches in several threads: one of them writes and imports it
+        if mask != _loaded["groups"] or _loaded["module"] is None:
+            _loaded["module"] = _load(mask)
+            _loaded["groups"] = mask
+        return _loaded["module"]
 
 
 def _name(mask):
@@ -476,7 +483,6 @@ def _load(mask):
     try:
         folder = _numba_load.private_dir(_numba_load.cache_dir())
         _numba_load.private_dir(f"{folder}/__pycache__")
-        from pathlib import Path
         path = Path(folder) / f"{name}.py"
         record = Path(folder) / f"{name}.sha256"
         if codegen._recorded_hash(path, record) != key:
