@@ -1,9 +1,12 @@
 """``compiled.batch(*stacked)``: one trace evaluated for every row of a leading batch axis.
 
-The rows are independent replays, so ``replay_batch`` (generated with the sweeps) runs
-them in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
-buffers.  The trace comes from the first row (traced now if this signature is new);
-parameters and constants are read once per call, before the parallel loop.
+A trace of elementwise records, copies and sums runs with the rows as the vector axis
+(``rows.py``: each record once per block of rows, on tapejit's threads).  Any other trace
+runs its rows as independent replays: ``replay_batch`` (generated with the sweeps) in a
+``prange`` over chunks of rows, each chunk with its own value, adjoint and flag buffers.
+``compiled.stats()["batch"]`` says which ran.  The trace comes from the first row (traced
+now if this signature is new); parameters and constants are read once per call, before
+the rows run.
 
 Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
 per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
