@@ -115,7 +115,13 @@ def run_batch(compiled, stacked, kwargs):
     outputs = np.zeros((batch, sum(n for _, _, n, _ in out_slots)), dt)
     grads = np.zeros((batch, sum(n for _, _, n in grad_at)), dt)
     grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
-    seed_at, seed_values = frozen._fast
+    # (None for a trace with chunked runs, whose single replays run run by run: its seeds are
+    # the same)
+    fast = frozen._fast if frozen._fast is not None else frozen._fast_path()
+    if fast is None:
+        raise CompileError(f"{name}.batch: the function's gradient is seeded from a computed value; "
+                           "batch() replays value-and-gradient functions and functions without backward()")
+    seed_at, seed_values = fast
     found = rows.plan(frozen) if VECTOR_ROWS else None
     if found is not None:
         rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
