@@ -672,10 +672,10 @@ def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(mo
 
 
 def test_batch_of_rows_long_enough_for_chunked_runs():
-    # Rows of 2^17 elements: single replays run run by run (no single compiled call); this
+    # Rows of 2^16 elements: single replays run run by run (no single compiled call); this
     # raised "cannot unpack non-iterable NoneType object".  torch: d/dx sum(x * x) = 2x.
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(x * x)))
-    xs = np.random.default_rng(7).uniform(-1, 1, (2, 1 << 17))
+    xs = np.random.default_rng(7).uniform(-1, 1, (2, 1 << 16))
     values, grads = f.batch(xs)
     np.testing.assert_allclose(values, (xs * xs).sum(1), rtol=1e-12)
     np.testing.assert_array_equal(grads, 2 * xs)
