@@ -47,13 +47,13 @@ C_BIG = 100_000          # from this size on: pedantic, C_BIG_ROUNDS rounds
 C_BIG_ROUNDS = 15
 
 BATCH_N = 10
-BATCH_ROWS = 10_000
+BATCH_ROWS = 20_000
 #: rows of the batch compared with single replays (first, last and a spread between)
 BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
 
 #: row (the ``peer`` parameter) -> the peer library it needs
 ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit",
-               "torch": "torch", "jax": "jax", "numpy": "numpy"}
+               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "tapejit_per_row": "tapejit"}
 
 
 def load_row(row):
@@ -306,42 +306,132 @@ def check_threads_used(threads):
     raise AssertionError(f"a prange loop ran on threads {sorted(seen)}, expected {threads} threads")
 
 
-@pytest.mark.parametrize("threads", (1, 2))
-@pytest.mark.parametrize("peer", ("tapejit",))
+#: ``(peer, threads)`` of the batch group: JAX's CPU client has one thread in this process
+#: (conftest.py's XLA_FLAGS, read once), so JAX runs on one only
+BATCH_ROWS_PEERS = tuple((peer, threads) for peer in ("tapejit", "tapejit_per_row", "numba_rows", "jax", "torch")
+                         for threads in (1, 2) if not (peer == "jax" and threads == 2))
+#: rows per block of the hand-written loop: its block stays in cache, rows fill vectors
+NUMBA_ROWS_BLOCK = 256
+
+
+@numba.njit(parallel=True, cache=True)
+def rosen_rows_by_hand(X, values, grads):
+    """Rosenbrock's value and gradient for every row of ``X``, by hand, the row index
+    innermost (as XLA's vmap runs it): blocks of rows, each transposed to (n, rows) in
+    cache, spread over Numba's threads."""
+    rows, n = X.shape
+    blocks = (rows + NUMBA_ROWS_BLOCK - 1) // NUMBA_ROWS_BLOCK
+    for b in numba.prange(blocks):
+        lo = b * NUMBA_ROWS_BLOCK
+        w = min(NUMBA_ROWS_BLOCK, rows - lo)
+        x = np.empty((n, NUMBA_ROWS_BLOCK))
+        g = np.zeros((n, NUMBA_ROWS_BLOCK))
+        value = np.zeros(NUMBA_ROWS_BLOCK)
+        for j in range(w):
+            for i in range(n):
+                x[i, j] = X[lo + j, i]
+        for i in range(n - 1):
+            for j in range(w):
+                a = x[i, j]
+                t = x[i + 1, j] - a * a
+                u = 1.0 - a
+                value[j] += 100.0 * t * t + u * u
+                g[i, j] += -400.0 * a * t - 2.0 * u
+                g[i + 1, j] += 200.0 * t
+        for j in range(w):
+            values[lo + j] = value[j]
+            for i in range(n):
+                grads[lo + j, i] = g[i, j]
+
+
+def rosen_batch_row(peer, tj, X, threads):
+    """``fn`` with ``fn(X) -> (values, gradients)`` for every row of ``X``, for ``peer``
+    on ``threads`` threads (set by the caller for tapejit, Numba and torch)."""
+    if peer in ("tapejit", "tapejit_per_row"):
+        compiled = tj.compile(tj.value_and_grad(W.rosen))
+        compiled(X[0])                       # the trace, also used by the single replays
+        if peer == "tapejit":
+            return compiled.batch
+        from tapejit.replay import batch
+
+        def per_row(X):                      # the replay row by row that batch() falls back to
+            batch.VECTOR_ROWS = False
+            try:
+                return compiled.batch(X)
+            finally:
+                batch.VECTOR_ROWS = True
+        per_row.__self__ = compiled
+        return per_row
+    if peer == "numba_rows":
+        def by_hand(X):
+            values, grads = np.empty(len(X)), np.empty_like(X)
+            rosen_rows_by_hand(X, values, grads)
+            return values, grads
+        return by_hand
+    if peer == "torch":
+        import torch
+        per_row = torch.func.vmap(torch.func.grad_and_value(W.rosen))
+
+        def by_torch(X):
+            grads, values = per_row(torch.from_numpy(X))
+            return values.numpy(), grads.numpy()
+        return by_torch
+    import jax
+    compiled = jax.jit(jax.vmap(jax.value_and_grad(W.rosen)))
+
+    def by_jax(X):
+        values, grads = jax.block_until_ready(compiled(X))
+        return np.asarray(values), np.asarray(grads)
+    return by_jax
+
+
+@pytest.mark.parametrize(("peer", "threads"), BATCH_ROWS_PEERS)
 def test_rosenbrock_batch(peer, benchmark, threads):
-    """``compiled.batch(X)``: the n=10 trace for 10,000 points at once (``prange`` over
-    chunks of rows), on 1 and on 2 of Numba's threads."""
+    """Value and gradient of every row of 20,000 points of n=10: ``compiled.batch(X)``
+    (rows as the vector axis; ``tapejit_per_row``: its fallback, a replay per row in a
+    ``prange``), a hand-written Numba loop with the row index innermost,
+    ``jax.jit(jax.vmap(jax.value_and_grad))`` and ``torch.func.vmap(grad_and_value)``, on 1
+    and on 2 threads (``tj.set_num_threads``; Numba's and torch's for those peers)."""
     pool = numba.config.NUMBA_NUM_THREADS
     if threads > pool:
         pytest.skip(f"Numba's thread pool has {pool} thread(s) in this process (NUMBA_NUM_THREADS="
                     f"{os.environ.get('NUMBA_NUM_THREADS')} when numba was imported; bench/conftest.py "
                     f"makes it min(2, CPUs) = {min(2, os.cpu_count() or 1)} unless it is exported)")
     lib = load_row(peer)
-    tj = lib.tl
+    tj = W.library("tapejit").tl
     X = np.random.default_rng(2).uniform(-2.0, 2.0, (BATCH_ROWS, BATCH_N))
-    compiled = tj.compile(tj.value_and_grad(W.rosen))
-    compiled(X[0])                           # the trace, also used by the single replays
-    before = numba.get_num_threads()
+    fn = rosen_batch_row(peer, tj, X, threads)
+    before = numba.get_num_threads(), tj.get_num_threads()
+    torch_before = lib.tl.get_num_threads() if peer == "torch" else None
     numba.set_num_threads(threads)
+    tj.set_num_threads(threads)
+    if peer == "torch":
+        lib.tl.set_num_threads(threads)
     try:
-        check_threads_used(threads)
-        values, grads = compiled.batch(X)
+        if peer in ("numba_rows", "tapejit_per_row"):    # their threads are Numba's
+            check_threads_used(threads)
+        values, grads = fn(X)
         assert values.shape == (BATCH_ROWS,) and grads.shape == (BATCH_ROWS, BATCH_N)
         for i in BATCH_CHECK_ROWS:
-            what = f"batch row {i} vs a single replay ({threads} threads)"
-            assert_same_result((values[i], grads[i]), compiled(X[i]), what)
+            what = f"{peer}: batch row {i} ({threads} threads)"
+            if peer.startswith("tapejit"):
+                assert_same_result((values[i], grads[i]), fn.__self__(X[i]), what + " vs a single replay")
             check_rosen((values[i], grads[i]), X[i], what)
         benchmark.group = T.GROUP_C_BATCH
         benchmark.extra_info["threads"] = threads
         benchmark.extra_info["rows"] = BATCH_ROWS
-        out = benchmark(compiled.batch, X)
-        np.testing.assert_array_equal(out[0], values, err_msg="timed batch: values")
-        np.testing.assert_array_equal(out[1], grads, err_msg="timed batch: gradients")
+        out = benchmark(fn, X)
+        if peer.startswith("tapejit"):
+            np.testing.assert_array_equal(out[0], values, err_msg="timed batch: values")
+            np.testing.assert_array_equal(out[1], grads, err_msg="timed batch: gradients")
+            assert fn.__self__.stats()["batch"] == ["rows" if peer == "tapejit" else "per-row"]
+            only_trace(fn.__self__)
         assert numba.get_num_threads() == threads
     finally:
-        numba.set_num_threads(before)
-    only_trace(compiled)
-    benchmark.extra_info["threading_layer"] = numba.threading_layer()
+        numba.set_num_threads(before[0])
+        tj.set_num_threads(before[1])
+        if peer == "torch":
+            lib.tl.set_num_threads(torch_before)
     stats = getattr(benchmark, "stats", None)
     if stats is not None:
         benchmark.extra_info["us_per_row"] = round(stats.stats.median * 1e6 / BATCH_ROWS, 3)

@@ -207,8 +207,9 @@ def cache_info():
 
 def _generated(filename):
     """Whether ``filename`` (in the cache folder or its ``__pycache__``) belongs to a
-    generated module: ``sweeps`` (the entry points) or ``sweep_<group>``."""
-    return filename.startswith("sweep_") or filename.split(".")[0] == "sweeps"
+    generated module: ``sweeps`` (the entry points), ``sweep_<group>`` or ``rows`` (batched
+    replay, tapejit/replay/rows.py)."""
+    return filename.startswith("sweep_") or filename.split(".")[0] in ("sweeps", "rows")
 
 
 def _ours(folder):

@@ -9,8 +9,9 @@ their first call.  ``precompile`` does that work ahead: it loads from the cache,
 compiles, every unit of the chosen op groups for each dtype, and calls every entry point
 the library calls from Python once per dtype with empty arrays of the types its callers
 pass (nothing runs: no records), which compiles each for the signature a real program
-uses.  It also compiles tapejit's other cached entry points (graph walks), which take no
-dtype.
+uses, and ``compiled.batch``'s module (``tapejit/replay/rows.py``) when the groups include
+any of its ops.  It also compiles tapejit's other cached entry points (graph walks), which
+take no dtype.
 """
 import time
 
@@ -21,7 +22,7 @@ DTYPES = (np.float64, np.float32)
 # Seconds to compile each step from an empty cache (float64 + float32, one process, on the
 # 2-core machine the README's figures come from): steps run longest first, so that parallel
 # processes finish together instead of one starting the longest step last.
-_STEP_SECONDS = {"decomp": 62, "arith": 52, "elementary": 44, "rnn": 26, "special": 21, "activation": 19,
+_STEP_SECONDS = {"batched replay": 90, "decomp": 62, "arith": 52, "elementary": 44, "rnn": 26, "special": 21, "activation": 19,
                  "math": 18, "conv": 17, "reduce": 12, "entry points": 9, "index": 7, "linalg": 5, "sum": 5,
                  "norm": 5, "copy": 4}
 
@@ -102,6 +103,7 @@ def steps(groups=None, dtypes=DTYPES):
     """``[(label, function)]``: the work of ``precompile``, the longest steps first (so that
     parallel processes finish together)."""
     from tapejit import registry
+    from tapejit.replay import rows
     groups = list(registry.GROUPS) if groups is None else list(groups)
     unknown = [g for g in groups if g not in registry.GROUPS]
     if unknown:
@@ -116,6 +118,8 @@ def steps(groups=None, dtypes=DTYPES):
             work.append((group, f"op group {group} ({dt.name})", lambda group=group, dt=dt: _op_sweeps(group, dt)))
     for dt in dtypes:
         work.append(("entry points", f"entry points ({dt.name})", lambda dt=dt: _entry_points(dt)))
+        if set(groups) & set(rows.ROW_GROUPS):
+            work.append(("batched replay", f"batched replay by rows ({dt.name})", lambda dt=dt: rows.warm(dt)))
     work.sort(key=lambda step: -_STEP_SECONDS.get(step[0], 10))     # a stable sort: float64 first
     work = [(label, run) for _, label, run in work]
     work.append(("graph walks (tj.compile, tape retirement)", _graph_walks))

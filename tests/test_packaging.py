@@ -362,11 +362,11 @@ def test_warmup_reports_each_step_with_its_groups_dtype_and_time(capsys):
     err = capsys.readouterr().err
     lines = err.splitlines()
     steps = [line for line in lines if line.startswith("[")]
-    assert len(steps) == len(precompile.steps(["arith"], ["float64"])) + 1 == 4
-    assert re.fullmatch(r"\[\.{24}\] 0/3  op group arith \(float64\)  0:\d\d", steps[0])
-    assert re.fullmatch(r"\[#{24}\] 3/3  done  \d+:\d\d", steps[-1])
+    assert len(steps) == len(precompile.steps(["arith"], ["float64"])) + 1 == 5
+    assert re.fullmatch(r"\[\.{24}\] 0/4  batched replay by rows \(float64\)  0:\d\d", steps[0])
+    assert re.fullmatch(r"\[#{24}\] 4/4  done  \d+:\d\d", steps[-1])
     assert "float32" not in err
-    assert re.search(r"compiled or loaded 3 steps in \d+\.\d s; cache: ", lines[-1])
+    assert re.search(r"compiled or loaded 4 steps in \d+\.\d s; cache: ", lines[-1])
 
 
 def test_warmup_refuses_unknown_groups_and_dtypes(capsys):
@@ -382,9 +382,9 @@ def test_precompile_covers_every_group_and_both_dtypes():
     for dtype in ("float64", "float32"):
         for group in registry.GROUPS:
             assert f"op group {group} ({dtype})" in labels
-        assert f"entry points ({dtype})" in labels
+        assert f"entry points ({dtype})" in labels and f"batched replay by rows ({dtype})" in labels
     assert labels[-1].startswith("graph walks")
-    assert len(labels) == 2 * len(registry.GROUPS) + 3
+    assert len(labels) == 2 * len(registry.GROUPS) + 5
 
 
 def _fill(cache):
@@ -394,6 +394,8 @@ def _fill(cache):
     assert out.returncode == 0
     (cache / "__pycache__" / "sweep_arith.forward_add-25.py311.nbi").write_bytes(b"index")
     (cache / "__pycache__" / "sweep_arith.forward_add-25.py311.1.nbc").write_bytes(b"x" * 1000)
+    (cache / "rows.py").write_text("# batched replay's module (replay/rows.py)")
+    (cache / "__pycache__" / "rows.replay_rows-80.py311.nbi").write_bytes(b"index")
     own = cache / "numba" / "tapejit_0123"
     own.mkdir(parents=True)
     (own / "tape._earliest_reached-727.py311.1.nbc").write_bytes(b"x")
@@ -439,8 +441,8 @@ def test_warmup_of_one_group_compiles_every_path_a_program_takes(tmp_path):
     and float32) compiles nothing."""
     cache = tmp_path / "cache"
     warm = tapejit_cli("warmup", "--groups", "arith", "--jobs", "2", cache=cache)
-    assert "5 steps in 2 processes" in warm.stderr
-    assert "5/5  done" in warm.stderr
+    assert "7 steps in 2 processes" in warm.stderr
+    assert "7/7  done" in warm.stderr
     files = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     out = run(["-c", EVERY_PATH], cache=cache)
     assert "every path ok" in out.stdout

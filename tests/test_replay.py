@@ -550,32 +550,135 @@ def test_refusal_leaves_the_thread_usable():
 
 # ---- batched replay ------------------------------------------------------------------------
 
+@pytest.fixture(params=["rows", "per-row"])
+def batch_path(request, monkeypatch):
+    """Runs a batch test on both paths of ``compiled.batch``: rows as the vector axis
+    (``tapejit/replay/rows.py``) and the per-row replay it falls back to."""
+    from tapejit.replay import batch
+    monkeypatch.setattr(batch, "VECTOR_ROWS", request.param == "rows")
+    return request.param
+
+
+def _both_paths(f, *stacked):
+    """``f.batch(*stacked)`` by rows as the vector axis and row by row (asserting which ran)."""
+    from tapejit.replay import batch
+    results = []
+    for vector_rows, path in ((True, "rows"), (False, "per-row")):
+        batch.VECTOR_ROWS = vector_rows
+        try:
+            results.append(f.batch(*stacked))
+        finally:
+            batch.VECTOR_ROWS = True
+        assert f.stats()["batch"] == [path]
+    return results
+
+
+def _assert_same_bits(a, b):
+    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def _rosen(x):
     return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
 
 
-def test_batch_equals_a_loop_of_single_replays():
+def test_batch_equals_a_loop_of_single_replays(batch_path):
     f = tj.compile(tj.value_and_grad(_rosen))
     xs = np.random.default_rng(0).uniform(-2, 2, (257, 6))
     values, grads = f.batch(xs)
+    assert f.stats()["batch"] == [batch_path]
     assert values.shape == (257,) and grads.shape == (257, 6)
     for i in range(0, 257, 16):
         v, g = f(xs[i])
-        assert values[i] == pytest.approx(v, rel=1e-13)
-        np.testing.assert_allclose(grads[i], g, rtol=1e-13)
+        assert values[i] == v
+        np.testing.assert_array_equal(grads[i], g)
 
 
-def test_batch_of_grad_with_several_arguments_and_forward_only_functions():
+def test_batch_of_grad_with_several_arguments_and_forward_only_functions(batch_path):
     f = tj.compile(tj.grad(lambda x, y: (x * y * y).sum(), argnums=(0, 1)))
     xs = np.random.default_rng(1).uniform(-1, 1, (40, 3))
     ys = np.random.default_rng(2).uniform(-1, 1, (40, 3))
     gx, gy = f.batch(xs, ys)
+    assert f.stats()["batch"] == [batch_path]
     np.testing.assert_allclose(gx, ys * ys)
     np.testing.assert_allclose(gy, 2 * xs * ys)
     h = tj.compile(lambda x: (tj.tanh(x) * 2, x.sum()))
     a, b = h.batch(xs)
+    assert h.stats()["batch"] == [batch_path]
     np.testing.assert_allclose(a.numpy(), np.tanh(xs) * 2)
     np.testing.assert_allclose(b.numpy(), xs.sum(1))
+
+
+def test_batch_by_rows_broadcasts_parameters_and_scalar_operands_as_torch():
+    """Stride-0 operands on either side (a parameter, a mean), slices, select, a sum over a
+    dim: rows as the vector axis give the per-row path's bits, and torch.func's values."""
+    w = tj.tensor([0.5], dtype=tj.float64)
+
+    def f(x, y):
+        m = x.reshape(2, 3).sum(0)               # a sum over a dim (strided gradient)
+        return ((x[1:] - x.mean()) * (y[0] / w) + (w - x[:-1]) ** 2).sum() + (m * m).mean()
+    vg = tj.compile(tj.value_and_grad(f, argnums=(0, 1)))
+    rng = np.random.default_rng(4)
+    xs, ys = rng.uniform(-2, 2, (37, 6)), rng.uniform(0.5, 2, (37, 2))
+    rows, per_row = _both_paths(vg, xs, ys)
+    _assert_same_bits(rows[0], per_row[0])
+    _assert_same_bits(rows[1], per_row[1])
+    torch = pytest.importorskip("torch")
+
+    def reference(x, y):
+        m = x.reshape(2, 3).sum(0)
+        return ((x[1:] - x.mean()) * (y[0] / 0.5) + (0.5 - x[:-1]) ** 2).sum() + (m * m).mean()
+    grads = torch.func.vmap(torch.func.grad(reference, argnums=(0, 1)))(torch.tensor(xs), torch.tensor(ys))
+    np.testing.assert_allclose(rows[0], torch.func.vmap(reference)(torch.tensor(xs), torch.tensor(ys)).numpy(),
+                               rtol=1e-13)
+    np.testing.assert_allclose(rows[1][0], grads[0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows[1][1], grads[1].numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_batch_by_rows_in_float32_and_on_any_thread_count():
+    """float32 (a rule's float64 constants, a float32 sum): the per-row path's bits, on one
+    thread and on three (a share each, the last block narrower)."""
+    f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.exp(-x * x) * 3.0 + x[2] * x)))
+    xs = np.random.default_rng(5).uniform(-2, 2, (1000, 5)).astype(np.float32)
+    before = tj.get_num_threads()
+    try:
+        tj.set_num_threads(1)
+        one = _both_paths(f, xs)
+        tj.set_num_threads(3)
+        three = f.batch(xs)
+    finally:
+        tj.set_num_threads(before)
+    assert one[0][0].dtype == np.float32 and one[0][1].dtype == np.float32
+    for result in (one[0], three):
+        _assert_same_bits(result[0], one[1][0])
+        _assert_same_bits(result[1], one[1][1])
+
+
+def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch):
+    from tapejit.replay import rows
+    f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)))
+    xs = np.random.default_rng(6).uniform(-1, 1, (9, 4))
+    values, grads = f.batch(xs)
+    assert f.stats()["batch"] == ["per-row"]
+    # torch: d/dx sum(cumsum(x)^2) = reversed cumsum of 2 * cumsum(x)
+    c = np.cumsum(xs, 1)
+    np.testing.assert_allclose(values, (c * c).sum(1), rtol=1e-13)
+    np.testing.assert_allclose(grads, np.cumsum((2 * c)[:, ::-1], 1)[:, ::-1], rtol=1e-13)
+    monkeypatch.setattr(rows, "MAX_SLOTS", 8)       # the arena: 4 + 3 + 3 + ... slots
+    g = tj.compile(tj.value_and_grad(_rosen))
+    values, grads = g.batch(xs)
+    assert g.stats()["batch"] == ["per-row"]
+    assert values[3] == g(xs[3])[0]
+
+
+def test_batch_of_rows_long_enough_for_chunked_runs():
+    # Rows of 2^16 elements: single replays run run by run (no single compiled call); this
+    # raised "cannot unpack non-iterable NoneType object".  torch: d/dx sum(x * x) = 2x.
+    f = tj.compile(tj.value_and_grad(lambda x: np.sum(x * x)))
+    xs = np.random.default_rng(7).uniform(-1, 1, (2, 1 << 16))
+    values, grads = f.batch(xs)
+    np.testing.assert_allclose(values, (xs * xs).sum(1), rtol=1e-12)
+    np.testing.assert_array_equal(grads, 2 * xs)
 
 
 def test_batch_refuses_a_training_step():
@@ -589,7 +692,7 @@ def test_batch_refuses_a_training_step():
         tj.compile(step).batch(np.ones((4, 3)))
 
 
-def test_batch_and_replays_from_several_threads():
+def test_batch_and_replays_from_several_threads(batch_path):
     f = tj.compile(tj.value_and_grad(_rosen))
     xs = np.random.default_rng(3).uniform(-2, 2, (64, 5))
     expected = f.batch(xs)

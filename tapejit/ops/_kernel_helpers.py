@@ -76,6 +76,32 @@ def row_sum(v, start, n, zero):
     return (s0 + s1) + (s2 + s3)
 
 
+
+@helper
+def add_row_sums(v, width, start, n, dst, partial):
+    """``row_sum`` for a batch with rows as the vector axis (``tapejit/replay/rows.py``:
+    slot ``s`` of row ``j`` at ``s * width + j``): adds each row's sum of slots
+    ``start .. start + n - 1`` to its slot ``dst``, in ``row_sum``'s order (four
+    interleaved partial sums), so each row gets the bits of a replay of that row alone.
+    ``partial``: ``4 * width`` elements of the accumulator type (the arena's)."""
+    for j in range(4 * width):
+        partial[j] = 0.0
+    full = n - n % 4
+    for k in range(0, full, 4):
+        base = (start + k) * width
+        for j in range(width):
+            partial[j] += v[np.uint64(base + j)]
+            partial[width + j] += v[np.uint64(base + width + j)]
+            partial[2 * width + j] += v[np.uint64(base + 2 * width + j)]
+            partial[3 * width + j] += v[np.uint64(base + 3 * width + j)]
+    for k in range(full, n):
+        base = (start + k) * width
+        for j in range(width):
+            partial[j] += v[np.uint64(base + j)]
+    out = dst * width
+    for j in range(width):
+        v[np.uint64(out + j)] += (partial[j] + partial[width + j]) + (partial[2 * width + j] + partial[3 * width + j])
+
 @helper
 def decode(off):
     return off if off >= 0 else ~off

@@ -47,6 +47,33 @@ def copy_range_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
         g[at(start + i)] += g[at(out + i)]
 
 
+
+# The same for a batch replayed with rows as the vector axis (tapejit/replay/rows.py): slot
+# s of row j sits at s * width + j, so a contiguous range of slots is one of the arena.
+
+@kernel
+def copy_range_rows_forward(v, width, out, a, b, p, q, ints, floats):
+    start = (a + b) * width
+    dst = out * width
+    for i in range(p * width):
+        v[at(dst + i)] = v[at(start + i)]
+
+
+@kernel
+def copy_range_rows_backward(v, g, width, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    src = out * width
+    if ma == 1 and b == 0 and p == q:
+        dst = a * width
+        for i in range(p * width):
+            g[at(dst + i)] = g[at(src + i)]
+        return
+    zero_if_first(g, a * width, q * width, ma)
+    start = (a + b) * width
+    for i in range(p * width):
+        g[at(start + i)] += g[at(src + i)]
+
 def _t(tj, x):
     return x
 

@@ -17,7 +17,7 @@ logsumexp, norm, var) may reduce over nothing.  (This module's front ends shadow
 import numpy as np
 
 from tapejit._jit import helper, kernel
-from tapejit.ops._kernel_helpers import acc, at, row_sum
+from tapejit.ops._kernel_helpers import acc, add_row_sums, at, row_sum
 from tapejit.registry import define_kernel, same_kernels
 from tapejit.ops.movement import INDEX
 from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
@@ -114,6 +114,86 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             idx[d] = 0
             d -= 1
 
+
+
+# sum_forward and sum_backward for a batch replayed with rows as the vector axis
+# (tapejit/replay/rows.py: slot s of row j at s * width + j), each row in the kernels' order.
+
+@kernel
+def sum_rows_forward(v, width, out, a, b, p, q, ints, floats, partial):
+    nd = ints[p]
+    out_size = ints[p + 1]
+    sizes = ints[p + 2:p + 2 + nd]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    scale = floats[q]
+    for k in range(out_size * width):
+        v[at(out * width + k)] = 0.0
+    n = 1
+    for d in range(nd):
+        n *= sizes[d]
+    inner = sizes[nd - 1] if nd > 0 else 1
+    istep = ostrides[nd - 1] if nd > 0 else 0
+    idx = np.zeros(nd if nd > 0 else 1, np.int64)
+    pos = out
+    i = a
+    for _ in range(n // inner if inner > 0 else 0):
+        if istep == 0:
+            for block in range(0, inner, SUM_BLOCK):
+                count = inner - block if inner - block < SUM_BLOCK else SUM_BLOCK
+                add_row_sums(v, width, i + block, count, pos, partial)
+        else:
+            for j in range(inner):
+                dst = (pos + j * istep) * width
+                src = (i + j) * width
+                for r in range(width):
+                    v[at(dst + r)] += v[at(src + r)]
+        i += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += ostrides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= ostrides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
+    if scale != 1.0:
+        for k in range(out_size * width):
+            v[at(out * width + k)] *= scale
+
+
+@kernel
+def sum_rows_backward(v, g, width, out, a, b, ma, mb, p, q, ints, floats):
+    if ma == 0:
+        return
+    nd = ints[p]
+    sizes = ints[p + 2:p + 2 + nd]
+    ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
+    scale = floats[q]
+    n = 1
+    for d in range(nd):
+        n *= sizes[d]
+    inner = sizes[nd - 1] if nd > 0 else 1
+    istep = ostrides[nd - 1] if nd > 0 else 0
+    idx = np.zeros(nd if nd > 0 else 1, np.int64)
+    pos = out
+    i = a
+    for _ in range(n // inner if inner > 0 else 0):
+        for j in range(inner):
+            src = (pos + j * istep) * width     # istep 0: every element of the row's block reads one gradient
+            dst = (i + j) * width
+            for r in range(width):
+                acc(g, dst + r, g[at(src + r)] * scale, ma)
+        i += inner
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            pos += ostrides[d]
+            if idx[d] < sizes[d]:
+                break
+            pos -= ostrides[d] * sizes[d]
+            idx[d] = 0
+            d -= 1
 
 SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False, group="sum",
                     runs="sum", block=SUM_BLOCK, operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),

@@ -1,24 +1,31 @@
 """``compiled.batch(*stacked)``: one trace evaluated for every row of a leading batch axis.
 
-The rows are independent replays, so ``replay_batch`` (generated with the sweeps) runs
-them in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
-buffers.  The trace comes from the first row (traced now if this signature is new);
-parameters and constants are read once per call, before the parallel loop.
+A trace of elementwise records, copies and sums runs with the rows as the vector axis
+(``rows.py``: each record once per block of rows, on tapejit's threads).  Any other trace
+runs its rows as independent replays: ``replay_batch`` (generated with the sweeps) in a
+``prange`` over chunks of rows, each chunk with its own value, adjoint and flag buffers.
+``compiled.stats()["batch"]`` says which ran.  The trace comes from the first row (traced
+now if this signature is new); parameters and constants are read once per call, before
+the rows run.
 
 Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
 per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
 tuple of tensors (stacked results).  A training step updates ``.grad``, which has no
 per-sample meaning, so it is refused.
 """
+import os
 import threading
 
 import numba
 import numpy as np
 
+from tapejit.replay import rows
 from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
 from tapejit.tensor import Tensor, _concrete
 
+# Rows as the vector axis (rows.py) where the trace allows; False: always row by row.
+VECTOR_ROWS = os.environ.get("TAPEJIT_BATCH_ROWS", "1") != "0"
 # Numba's "workqueue" threading layer aborts when two threads enter parallel code at once.
 _one_at_a_time = threading.Lock()
 
@@ -89,10 +96,15 @@ def run_batch(compiled, stacked, kwargs):
         if x is not None:
             columns[i] = width
             width += int(np.prod(x.shape[1:], dtype=np.int64))
-    inputs = np.empty((batch, width), dt)
-    for i, x in enumerate(arrays):
-        if x is not None:
-            inputs[:, columns[i]:columns[i] + x[0].size] = x.reshape(batch, -1)
+    batched = [x for x in arrays if x is not None]
+    if len(batched) == 1 and batched[0].dtype == dt and batched[0].flags.c_contiguous \
+            and batched[0].flags.writeable:     # (a read-only array is another type to compile for)
+        inputs = batched[0].reshape(batch, width)      # only read: no copy
+    else:
+        inputs = np.empty((batch, width), dt)
+        for i, x in enumerate(arrays):
+            if x is not None:
+                inputs[:, columns[i]:columns[i] + x[0].size] = x.reshape(batch, -1)
     in_at = np.array([(ld.off, columns[ld.arg], ld.n) for ld in frozen.loads
                       if ld.arg is not None and ld.arg in columns], np.int64).reshape(-1, 3)
     if functional is not None:
@@ -103,12 +115,24 @@ def run_batch(compiled, stacked, kwargs):
     outputs = np.zeros((batch, sum(n for _, _, n, _ in out_slots)), dt)
     grads = np.zeros((batch, sum(n for _, _, n in grad_at)), dt)
     grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
-    seed_at, seed_values = frozen._fast
-    chunks = max(1, min(batch, 4 * numba.get_num_threads()))
-    with _one_at_a_time:
-        frozen.sweeps.replay_batch(tape.rec, tape.nrec, v0, tape.ints, tape.floats[d], seed_at, seed_values,
-                                   frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks,
-                                   frozen.sweeps.table(d))
+    # (None for a trace with chunked runs, whose single replays run run by run: its seeds are
+    # the same)
+    fast = frozen._fast if frozen._fast is not None else frozen._fast_path()
+    if fast is None:
+        raise CompileError(f"{name}.batch: the function's gradient is seeded from a computed value; "
+                           "batch() replays value-and-gradient functions and functions without backward()")
+    seed_at, seed_values = fast
+    found = rows.plan(frozen) if VECTOR_ROWS else None
+    if found is not None:
+        rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
+        entry.batch_path = "rows"
+    else:
+        chunks = max(1, min(batch, 4 * numba.get_num_threads()))
+        with _one_at_a_time:
+            frozen.sweeps.replay_batch(tape.rec, tape.nrec, v0, tape.ints, tape.floats[d], seed_at, seed_values,
+                                       frozen.load_outs[d], in_at, inputs, out_at, outputs, grad_at, grads, chunks,
+                                       frozen.sweeps.table(d))
+        entry.batch_path = "per-row"
     return _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, len(stacked))
 
 
@@ -172,7 +196,9 @@ def _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, nar
     per_arg = []
     for i in nums:
         col, shape, n = grad_shapes[i % nargs]
-        per_arg.append(grads[:, col:col + n].reshape((batch,) + tuple(shape)).copy())
+        g = grads[:, col:col + n].reshape((batch,) + tuple(shape))
+        whole = single and n == grads.shape[1]      # the caller's alone: no copy
+        per_arg.append(g if whole else g.copy())
     g = per_arg[0] if single else tuple(per_arg)
     if compiled.functional[4] == "grad":
         return g

@@ -180,6 +180,7 @@ class _Entry:
         self.keep = None
         self.call = None     # a DifferentiableCall, when results continue the caller's graph
         self.label_patches = []   # labels.LabelPatch: label arguments that are inputs, not constants
+        self.batch_path = None    # how its last batch() ran: "rows" (rows.py) or "per-row"
 
 
 class Compiled:
@@ -218,7 +219,8 @@ class Compiled:
         return {"traces": len(entries),
                 "records": [e.frozen.records for e in entries],
                 "records_traced": [e.frozen.records_traced for e in entries],
-                "bytes": sum(e.frozen.nbytes for e in entries)}
+                "bytes": sum(e.frozen.nbytes for e in entries),
+                "batch": [e.batch_path for e in entries]}
 
     # ---- calls ----------------------------------------------------------------------------
 
