@@ -135,6 +135,10 @@ class Frozen:
         # Large arrays replay run by run, as eager mode does (tapejit/chunked.py): chunk by
         # chunk, on every thread, with the vectorized backward loops.
         self._fast = None if chunked.has_runs(tape) else self._fast_path()
+        # Tier 2 (tier2.py): its compiled call once ready, else None; which tier ran last.
+        self.tier2 = None
+        self.tier2_call = None
+        self.last_tier = None
         self.sweeps = sweeps(tape.groups)
         d = self.arena
         if self._fast is not None:
@@ -213,11 +217,17 @@ class Frozen:
         gradient; with ``leaves=None`` gradients stay in the adjoint buffers (functional forms
         read them from there)."""
         self.refresh(inputs)
-        fast = self._fast is not None
-        if fast:    # forward, seed and backward in one compiled call
+        tier2 = self.tier2_call
+        fast = self._fast is not None or tier2 is not None
+        if tier2 is not None:   # the trace's own fused function
+            self.check(tier2())
+            self.last_tier = 2
+        elif fast:    # forward, seed and backward in one compiled call
             self.check(self.sweeps.replay(*self._fast_args))
+            self.last_tier = 1
         else:
             self.tape._run_forward(0, self.tape.nrec)
+            self.last_tier = 1
         for event in self.events:
             if event[0] == "call":
                 event[1](*event[2])

@@ -1,0 +1,281 @@
+"""Replay tier 2: compiling a trace's fused function without making its caller wait.
+
+``attach(frozen, mode)`` runs when a trace is frozen.  It asks ``fused.py`` for the
+trace's source; a trace it cannot fuse stays on tier 1 (``Tier2.state == "ineligible"``,
+with the reason).  The source is saved in the cache folder, ``tier2/t2_<key>.py``, where
+``key`` hashes its text (so the trace's structure, the registry hash and the dtype), and
+Numba caches what it compiles from it in ``tier2/__pycache__`` beside it; a file
+``t2_<key>.ok`` there says the compiled entry points are in that cache.
+
+``mode=True`` (the default): a separate process, ``python -m tapejit.replay.tier2
+<file> <dtype>``, compiles it at a low priority and writes Numba's cache; a thread of the
+caller's waits for it and loads the compiled functions (a cache load, no compile).  Until
+then every replay runs tier 1, and the replay after the load runs tier 2: the caller polls
+nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second process
+finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
+``mode="sync"`` compiles in the calling thread before the first replay (tests);
+``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
+"""
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tapejit import _numba_load, chunked, registry
+from tapejit.replay import fused
+
+_ENV = "TAPEJIT_TIER2"
+_jobs = {}                   # key -> _Job: one compile per key and process
+_jobs_lock = threading.Lock()
+_pool = [None, 0]            # a ThreadPoolExecutor for the threaded loop, and its workers
+
+
+def default_mode():
+    """``TAPEJIT_TIER2``: ``off``/``0`` keeps tier 1, ``sync`` compiles before the first replay."""
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return False
+    if value == "sync":
+        return "sync"
+    return True
+
+
+def check_mode(mode):
+    if mode not in (True, False, "sync"):
+        raise ValueError(f"tj.compile: tier2 must be True, False or 'sync', got {mode!r}")
+    return mode
+
+
+class Tier2:
+    """Tier 2's state for one frozen trace (``stats()`` reports it)."""
+    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "__weakref__")
+
+    def __init__(self, state, reason=None):
+        self.state = state       # off | ineligible | compiling | ready | failed
+        self.reason = reason
+        self.key = None
+        self.plan = None
+        self.frozen = None
+        self.seconds = None
+
+    def stats(self):
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds}
+
+    def ready(self, module, seconds):
+        """The compiled functions are loaded: later replays of ``frozen`` run them."""
+        frozen = self.frozen
+        self.seconds = seconds
+        if frozen is None:
+            return
+        self.frozen = None       # the trace keeps this object, not the reverse
+        tape = frozen.tape
+        d = self.plan.arena
+        args = (tape.vals[d], tape.adj[d], tape.floats[d], self.plan.seed_values)
+        call = functools.partial(module.run, *args)
+        if self.plan.threaded:
+            call = _threaded(module, self.plan, args, call)
+        frozen.tier2_call = call
+        self.state = "ready"
+
+    def failed(self, reason):
+        self.state = "failed"
+        self.reason = reason
+        self.frozen = None
+
+
+class _Job:
+    """One compile (or cache load) of a generated module, shared by traces of one key."""
+
+    def __init__(self, key):
+        self.key = key
+        self.module = None
+        self.error = None
+        self.seconds = None
+        self.waiting = []
+        self.lock = threading.Lock()
+
+    def add(self, tier2):
+        with self.lock:
+            if self.module is None and self.error is None:
+                self.waiting.append(tier2)
+                return
+        self._tell(tier2)
+
+    def _tell(self, tier2):
+        if self.module is not None:
+            tier2.ready(self.module, self.seconds)
+        else:
+            tier2.failed(self.error)
+
+    def finish(self, module=None, error=None, seconds=None):
+        with self.lock:
+            self.module, self.error, self.seconds = module, error, seconds
+            waiting, self.waiting = self.waiting, []
+        for tier2 in waiting:
+            self._tell(tier2)
+
+
+def attach(frozen, mode):
+    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``."""
+    if mode is False:
+        frozen.tier2 = Tier2("off", "tier2=False")
+        return
+    try:
+        plan, source = fused.generate(frozen)
+    except fused.Ineligible as e:
+        frozen.tier2 = Tier2("ineligible", str(e))
+        return
+    tier2 = Tier2("compiling")
+    tier2.plan = plan
+    tier2.key = fused.key(source)
+    tier2.frozen = frozen
+    frozen.tier2 = tier2
+    with _jobs_lock:
+        job = _jobs.get(tier2.key)
+        new = job is None
+        if new:
+            job = _jobs[tier2.key] = _Job(tier2.key)
+    job.add(tier2)
+    if not new:
+        return
+    if mode == "sync":
+        _build(job, source, plan.dtype.name, in_process=True)
+        return
+    threading.Thread(target=_build, args=(job, source, plan.dtype.name, False),
+                     name="tapejit-tier2", daemon=True).start()
+
+
+def _folder():
+    return _numba_load.private_dir(os.path.join(_numba_load.cache_dir(), "tier2"))
+
+
+def _build(job, source, dtype, in_process):
+    """Write the module, compile it (here or in a child process) unless the cache has it,
+    and load it; tells the job's traces."""
+    start = time.perf_counter()
+    try:
+        folder = _folder()
+        _numba_load.private_dir(os.path.join(folder, "__pycache__"))
+        path = os.path.join(folder, f"t2_{job.key}.py")
+        marker = path[:-3] + ".ok"
+        text = source.encode()
+        try:
+            with open(path, "rb") as f:
+                current = f.read()
+        except OSError:
+            current = None
+        if current != text:
+            # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
+            try:
+                os.unlink(marker)
+            except OSError:
+                pass
+            _numba_load.write_atomically(path, text)
+        if not os.path.exists(marker) and not in_process:
+            _compile_in_child(path, dtype)
+        module = _load(path, dtype)
+        if not os.path.exists(marker):
+            _numba_load.write_atomically(marker, b"compiled\n")
+    except Exception as e:   # tier 1 goes on; stats() says why
+        if in_process:
+            job.finish(error=f"{type(e).__name__}: {e}")
+            raise
+        job.finish(error=f"{type(e).__name__}: {e}")
+        return
+    job.finish(module=module, seconds=round(time.perf_counter() - start, 3))
+
+
+def _compile_in_child(path, dtype):
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(fused.__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["TAPEJIT_CACHE_DIR"] = _numba_load.cache_dir()
+    proc = subprocess.run([sys.executable, "-m", "tapejit.replay.tier2", path, dtype], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"the compiling process exited with {proc.returncode}: {' | '.join(tail)}")
+
+
+def _signatures(module, dtype):
+    from numba import types
+    dt = types.float64 if dtype == "float64" else types.float32
+    arr = types.Array(dt, 1, "C")
+    wide = types.Array(types.float64, 2, "C")
+    sigs = {"run": (arr, arr, arr, arr)}
+    if hasattr(module, "part"):
+        sigs["prologue"] = (arr, arr, arr, arr)
+        sigs["part"] = (arr, arr, arr, types.int64, types.int64, wide, types.int64)
+        sigs["epilogue"] = (arr, arr, arr, wide)
+    return sigs
+
+
+def _load(path, dtype):
+    """Import the generated module and compile (or load from Numba's cache) its entry points."""
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(f"{_numba_load.GENERATED_PACKAGE}.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    for fn_name, sig in _signatures(module, dtype).items():
+        getattr(module, fn_name).compile(sig)
+    return module
+
+
+def _threaded(module, plan, args, serial):
+    """The replay of a one-group trace whose loop is long: blocks of the loop on
+    ``tj.get_num_threads()`` threads (the functions release the GIL).  Blocks whose
+    gradient writes overlap (slices at different starts) run in two waves, even blocks
+    then odd ones; each block's sums go to its row of ``partial``, added in block order."""
+    v, g, floats, seed_vals = args
+    m = plan.groups[0].m
+    lo, hi = plan.spans()
+    overlap = hi > lo
+    columns = max(1, len(plan.accumulators()))
+    prologue, part, epilogue = module.prologue, module.part, module.epilogue
+    partials = {}
+
+    def call():
+        threads = chunked.THREADS
+        if threads == 1:
+            return serial()
+        blocks = 2 * threads if overlap else threads
+        partial = partials.get(blocks)
+        if partial is None:
+            partial = partials[blocks] = np.zeros((blocks, columns))
+        if _pool[1] < threads - 1:
+            _pool[:] = [ThreadPoolExecutor(threads - 1, thread_name_prefix="tapejit-tier2"), threads - 1]
+        pool = _pool[0]
+        prologue(v, g, floats, seed_vals)
+        bounds = [m * k // blocks for k in range(blocks + 1)]
+        waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
+        for wave in waves:
+            first, *others = wave
+            futures = [pool.submit(part, v, g, floats, bounds[k], bounds[k + 1], partial, k) for k in others]
+            part(v, g, floats, bounds[first], bounds[first + 1], partial, first)
+            for f in futures:
+                f.result()
+        return epilogue(v, g, floats, partial)
+    return call
+
+
+def _main(argv):
+    """The compiling process: ``python -m tapejit.replay.tier2 <file> <dtype>``."""
+    try:
+        os.nice(10)     # the caller's replays come first
+    except (AttributeError, OSError):
+        pass
+    path, dtype = argv
+    _load(path, dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
