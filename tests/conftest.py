@@ -4,6 +4,9 @@ import os
 # The suite touches every op group: compile the one sweep that covers them all, instead
 # of a growing series of partial ones as each group is first met.
 os.environ.setdefault("TAPEJIT_SWEEP_GROUPS", "all")
+# tj.compile's tier 2 compiles each new trace in a background process: a suite of hundreds
+# of traces would start hundreds.  Tests that exercise tier 2 ask for it (test_replay*.py).
+os.environ.setdefault("TAPEJIT_TIER2", "off")
 
 
 def pytest_configure(config):

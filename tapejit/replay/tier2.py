@@ -17,7 +17,6 @@ finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background th
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
 """
 import functools
-import hashlib
 import importlib.util
 import os
 import subprocess
@@ -28,13 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tapejit import _numba_load, chunked, registry
+from tapejit import _numba_load, chunked
 from tapejit.replay import fused
 
 _ENV = "TAPEJIT_TIER2"
 _jobs = {}                   # key -> _Job: one compile per key and process
 _jobs_lock = threading.Lock()
 _pool = [None, 0]            # a ThreadPoolExecutor for the threaded loop, and its workers
+_queue = []                  # (job, source, dtype) waiting for the background worker
+_worker = [False]            # whether the worker thread is running
 
 
 def default_mode():
@@ -148,8 +149,23 @@ def attach(frozen, mode):
     if mode == "sync":
         _build(job, source, plan.dtype.name, in_process=True)
         return
-    threading.Thread(target=_build, args=(job, source, plan.dtype.name, False),
-                     name="tapejit-tier2", daemon=True).start()
+    with _jobs_lock:
+        _queue.append((job, source, plan.dtype.name))
+        if not _worker[0]:
+            _worker[0] = True
+            threading.Thread(target=_work, name="tapejit-tier2", daemon=True).start()
+
+
+def _work():
+    """The background worker: one compile at a time, oldest first (a loop tracing many
+    signatures must not start a compiling process for each at once)."""
+    while True:
+        with _jobs_lock:
+            if not _queue:
+                _worker[0] = False
+                return
+            job, source, dtype = _queue.pop(0)
+        _build(job, source, dtype, in_process=False)
 
 
 def _folder():
