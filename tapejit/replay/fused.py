@@ -147,11 +147,13 @@ class Plan:
                 self.length[out] = row[5]
                 continue
             if kind is None:
-                raise Ineligible(f"record {r} is {op.name}, which tier 2 does not fuse yet")
+                raise Ineligible(f"record {r}, {op.name} ({op.node}), is not elementwise: tier 2 does not "
+                                 f"fuse it yet")
             if kind == "sum":
                 n = _full_sum_length(ints, row)
                 if n is None:
-                    raise Ineligible(f"record {r} is {op.name} along dims, which tier 2 does not fuse yet")
+                    raise Ineligible(f"record {r}, {op.name} ({op.node}) along dims: tier 2 fuses only "
+                                     f"full sums yet")
                 self.sum_n[r] = n
                 m = n
             else:

@@ -56,7 +56,7 @@ def check_mode(mode):
 
 class Tier2:
     """Tier 2's state for one frozen trace (``stats()`` reports it)."""
-    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "__weakref__")
+    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "__weakref__")
 
     def __init__(self, state, reason=None):
         self.state = state       # off | ineligible | compiling | ready | failed
@@ -64,15 +64,18 @@ class Tier2:
         self.key = None
         self.plan = None
         self.frozen = None
-        self.seconds = None
+        self.seconds = None      # from the trace to tier 2 loaded
+        self.cached = None       # whether it was loaded from the disk cache, with no compile
 
     def stats(self):
-        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds}
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.cached}
 
-    def ready(self, module, seconds):
+    def ready(self, module, seconds, cached):
         """The compiled functions are loaded: later replays of ``frozen`` run them."""
         frozen = self.frozen
         self.seconds = seconds
+        self.cached = cached
         if frozen is None:
             return
         self.frozen = None       # the trace keeps this object, not the reverse
@@ -99,6 +102,7 @@ class _Job:
         self.module = None
         self.error = None
         self.seconds = None
+        self.cached = None
         self.waiting = []
         self.lock = threading.Lock()
 
@@ -111,13 +115,13 @@ class _Job:
 
     def _tell(self, tier2):
         if self.module is not None:
-            tier2.ready(self.module, self.seconds)
+            tier2.ready(self.module, self.seconds, self.cached)
         else:
             tier2.failed(self.error)
 
-    def finish(self, module=None, error=None, seconds=None):
+    def finish(self, module=None, error=None, seconds=None, cached=None):
         with self.lock:
-            self.module, self.error, self.seconds = module, error, seconds
+            self.module, self.error, self.seconds, self.cached = module, error, seconds, cached
             waiting, self.waiting = self.waiting, []
         for tier2 in waiting:
             self._tell(tier2)
@@ -194,7 +198,8 @@ def _build(job, source, dtype, in_process):
             except OSError:
                 pass
             _numba_load.write_atomically(path, text)
-        if not os.path.exists(marker) and not in_process:
+        cached = os.path.exists(marker)
+        if not cached and not in_process:
             _compile_in_child(path, dtype)
         module = _load(path, dtype)
         if not os.path.exists(marker):
@@ -205,7 +210,7 @@ def _build(job, source, dtype, in_process):
             raise
         job.finish(error=f"{type(e).__name__}: {e}")
         return
-    job.finish(module=module, seconds=round(time.perf_counter() - start, 3))
+    job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
 
 
 def _compile_in_child(path, dtype):
