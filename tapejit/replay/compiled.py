@@ -513,14 +513,26 @@ def _one_array_call(entry, traced, kind):
             return None     # tier 1 runs run by run (large arrays): the general path
         with lock:
             flat = x.reshape(-1)
-            for at, n in loads:
-                vals[at:at + n] = flat
-            if tier2 is not None:
-                frozen.check(tier2())
+            if tier2 is not None and not tier2.small:   # reads x in place, writes the gradient to a new array
+                for _, at, n, _ in tier2.copied:
+                    vals[at:at + n] = flat
+                outs = tier2.fresh_outs()
+                frozen.check(tier2.fn((_tier2.plain(flat, dtype),) * len(tier2.direct_in), outs))
                 frozen.last_tier = 2
+                k = None if slot is None else tier2.out_of.get(slot[1])
+                if k is not None:
+                    value = float(vals[off])
+                    g = outs[k].reshape(grad_shape)
+                    return (value, g) if value_only else g
             else:
-                frozen.check(replay(*args))
-                frozen.last_tier = 1
+                for at, n in loads:
+                    vals[at:at + n] = flat
+                if tier2 is not None:
+                    frozen.check(tier2.fn(tier2.arena_ins, tier2.arena_outs))
+                    frozen.last_tier = 2
+                else:
+                    frozen.check(replay(*args))
+                    frozen.last_tier = 1
             value = float(vals[off])
             if slot is None:
                 g = np.zeros(grad_shape, grad_dtype)

@@ -193,10 +193,11 @@ class Frozen:
 
     # ---- one replay -----------------------------------------------------------------------
 
-    def refresh(self, inputs):
-        """Copy the arguments (``inputs``: arrays by argument index) and live tensors in."""
+    def refresh(self, inputs, arg_loads=None):
+        """Copy the arguments (``inputs``: arrays by argument index; those of ``arg_loads``,
+        default all) and live tensors in."""
         vals = self.tape.vals
-        for d, off, n, arg in self.arg_loads:
+        for d, off, n, arg in self.arg_loads if arg_loads is None else arg_loads:
             value = inputs[arg]
             if n == 1:
                 vals[d][off] = value.item() if value.ndim else value[()]
@@ -216,16 +217,22 @@ class Frozen:
         """One replay.  ``leaves[i]``: the tensor argument ``i`` whose ``.grad`` receives its
         gradient; with ``leaves=None`` gradients stay in the adjoint buffers (functional forms
         read them from there)."""
-        self.refresh(inputs)
         tier2 = self.tier2_call
         fast = self._fast is not None or tier2 is not None
-        if tier2 is not None:   # the trace's own fused function
-            self.check(tier2())
+        if tier2 is not None:   # the trace's own fused function (tier2.Call)
+            if tier2.small:
+                self.refresh(inputs)
+                self.check(tier2.fn(tier2.arena_ins, tier2.arena_outs))
+            else:               # large arguments are read in place
+                self.refresh(inputs, tier2.copied)
+                self.check(tier2.fn(tier2.inputs(inputs), tier2.arena_outs))
             self.last_tier = 2
         elif fast:    # forward, seed and backward in one compiled call
+            self.refresh(inputs)
             self.check(self.sweeps.replay(*self._fast_args))
             self.last_tier = 1
         else:
+            self.refresh(inputs)
             self.tape._run_forward(0, self.tape.nrec)
             self.last_tier = 1
         for event in self.events:

@@ -131,6 +131,14 @@ class Plan:
             raise Ineligible(f"{len(self.rows)} records: more than {MAX_RECORDS} would take long to compile")
         self._reach()
         self._memory()
+        # Arguments the function reads from their own arrays, and whose gradients it writes
+        # to arrays of their own: (slot, elements, argument index), in ins/outs order.
+        self.direct_in = [(off, n, arg) for d, off, n, arg in frozen.arg_loads
+                          if d == self.arena and off not in self.kept]
+        self.direct_out = [(off, n, arg) for d, off, n, arg in frozen.arg_loads
+                           if d == self.arena and off in self.grad_from_outside]
+        self.in_index = {off: k for k, (off, _, _) in enumerate(self.direct_in)}
+        self.out_index = {off: k for k, (off, _, _) in enumerate(self.direct_out)}
 
     # ---- cutting the trace into groups ------------------------------------------------------
 
@@ -271,6 +279,18 @@ class _Writer:
 
     # ---- pieces -------------------------------------------------------------------------
 
+    def _v(self, slot, index):
+        """The value of memory slot ``slot`` at element ``index``: an argument is read from
+        its own array (``ins``), not copied into the arena first."""
+        k = self.plan.in_index.get(slot)
+        return f"ins[{k}][at({index})]" if k is not None else f"v[at({slot} + {index})]"
+
+    def _g(self, slot, index):
+        """The adjoint of memory slot ``slot`` at element ``index``: an argument's gradient
+        goes to its own array (``outs``: the caller's result, or the arena's slot)."""
+        k = self.plan.out_index.get(slot)
+        return f"outs[{k}][at({index})]" if k is not None else f"g[at({slot} + {index})]"
+
     def _consts(self, r, ind):
         op = self.plan.ops[r]
         q = self.plan.rows[r][5]
@@ -289,7 +309,7 @@ class _Writer:
         if kind == "binary" and row[5] & (1 if field == 2 else 2) and group.m > 1:
             return f"s{slot}"
         if slot not in group.made and slot not in self._loaded:
-            lines.append(f"{ind}x{slot} = v[at({slot} + i)]")
+            lines.append(f"{ind}x{slot} = {self._v(slot, 'i')}")
             self._loaded.add(slot)
         return f"x{slot}"
 
@@ -302,7 +322,7 @@ class _Writer:
             if _kind(self.plan.ops[r]) == "binary" and group.m > 1:
                 for bit, field in ((1, 2), (2, 3)):
                     if row[5] & bit:
-                        lines.append(f"{ind}s{_decode(row[field])} = v[{_decode(row[field])}]")
+                        lines.append(f"{ind}s{_decode(row[field])} = {self._v(_decode(row[field]), '0')}")
         return lines
 
     def _forward(self, group, ind, store):
@@ -321,7 +341,7 @@ class _Writer:
             if kind == "copy":
                 src = _decode(row[2])
                 start = ~row[3]
-                expr = f"x{src}" if src in group.made else f"v[at({src + start} + i)]"
+                expr = f"x{src}" if src in group.made else self._v(src, f"{start} + i")
                 lines.append(f"{ind}x{out} = {expr}  # r{r} {op.name}")
             elif kind == "unary":
                 args = [self._operand(group, r, 2, lines, ind)] + self._consts(r, "")[1]
@@ -347,7 +367,7 @@ class _Writer:
             lines.append(f"{ind}g{s} = g[at({s} + i)]")
             have.add(s)
 
-        def give(slot, expr, at_expr=None, stride0=False):
+        def give(slot, expr, start=0, stride0=False):
             if stride0:
                 strided.setdefault(slot, f"sg{slot}")
                 lines.append(f"{ind}sg{slot} += {expr}")
@@ -358,7 +378,7 @@ class _Writer:
                     lines.append(f"{ind}g{slot} = {self.dt}({expr})")
                     have.add(slot)
             else:
-                lines.append(f"{ind}g[at({at_expr or slot} + i)] += {expr}")
+                lines.append(f"{ind}{self._g(slot, f'{start} + i')} += {expr}")
 
         for r in reversed(group.records):
             op, row = plan.ops[r], plan.rows[r]
@@ -374,7 +394,7 @@ class _Writer:
             if kind == "copy":
                 if row[2] >= 0:
                     src = row[2]
-                    give(src, f"g{out}", at_expr=str(src + ~row[3]))
+                    give(src, f"g{out}", start=~row[3])
                 continue
             if kind == "unary":
                 if row[2] < 0:
@@ -438,7 +458,7 @@ class _Writer:
                       f"{ind}v[{row[1]}] = t{r}"]
         for slot, name in sorted(strided.items()):
             total = source(name) if source else name
-            lines.append(f"{ind}g[{slot}] += {total}")
+            lines.append(f"{ind}{self._g(slot, '0')} += {total}")
         return lines
 
     def _prologue(self, ind):
@@ -450,10 +470,10 @@ class _Writer:
         for off, n in plan.seeds:
             op = "+=" if off in seeded else "="
             seeded.add(off)
-            lines += [f"{ind}for j in range({n}):", f"{ind}    g[{off} + j] {op} seed_vals[{k} + j]"]
+            lines += [f"{ind}for j in range({n}):", f"{ind}    {self._g(off, 'j')} {op} seed_vals[{k} + j]"]
             k += n
         for slot in plan.zeroed:
-            lines += [f"{ind}for j in range({plan.length[slot]}):", f"{ind}    g[{slot} + j] = 0.0"]
+            lines += [f"{ind}for j in range({plan.length[slot]}):", f"{ind}    {self._g(slot, 'j')} = 0.0"]
         return lines
 
     # ---- the module ---------------------------------------------------------------------
@@ -461,7 +481,7 @@ class _Writer:
     def module(self):
         plan = self.plan
         ind = "    "
-        lines = ["@sweep", "def run(v, g, floats, seed_vals):",
+        lines = ["@sweep", "def run(v, g, floats, seed_vals, ins, outs):",
                  '    """Forward values, seeds and gradients of the whole trace; returns -1."""']
         lines += self._prologue(ind)
         backward = bool(plan.seeds)
@@ -492,16 +512,16 @@ class _Writer:
                                                     bounds="lo, hi", accumulators=accumulators)
         plan._accumulators = accumulators
         column = {name: j for j, name in enumerate(accumulators)}
-        lines = ["", "@sweep", "def prologue(v, g, floats, seed_vals):",
+        lines = ["", "@sweep", "def prologue(v, g, floats, seed_vals, ins, outs):",
                  '    """The seeds, and zeros in the gradients the blocks add into."""']
         lines += self._prologue(ind) + [f"{ind}return -1", "", ""]
-        lines += ["@sweep", "def part(v, g, floats, lo, hi, partial, row):",
+        lines += ["@sweep", "def part(v, g, floats, ins, outs, lo, hi, partial, row):",
                   '    """Elements lo .. hi-1 of the loop; its sums go to partial[row]."""',
                   f"{ind}c0 = floats[0] * 0.0", f"{ind}c1 = c0"]
         lines += before + loop
         lines += [f"{ind}partial[row, {column[name]}] = {name}" for name in accumulators]
         lines += [f"{ind}return -1", "", ""]
-        lines += ["@sweep", "def epilogue(v, g, floats, partial):",
+        lines += ["@sweep", "def epilogue(v, g, floats, ins, outs, partial):",
                   '    """The blocks\' sums, added in block order."""']
         for name in accumulators:
             lines += [f"{ind}{name} = 0.0", f"{ind}for k in range(partial.shape[0]):",
@@ -520,6 +540,7 @@ def generate(frozen, digest=None):
         plan._accumulators = []
     groups = ", ".join(f"{len(g.records)} records x {g.m}" for g in plan.groups)
     summary = f"Groups: {groups}."
+    body += [f"N_IN = {len(plan.direct_in)}", f"N_OUT = {len(plan.direct_out)}", ""]
     source = _HEADER.format(digest=digest, dtype=plan.dtype.name, summary=summary) + "\n" + "\n".join(body)
     return plan, source
 

@@ -31,6 +31,9 @@ from tapejit import _numba_load, chunked
 from tapejit.replay import fused
 
 _ENV = "TAPEJIT_TIER2"
+#: from this many argument and gradient elements on, tier 2 reads arguments and writes
+#: their gradients in place (``Call``); below, through the arena
+DIRECT_ELEMENTS = 1 << 15
 _jobs = {}                   # key -> _Job: one compile per key and process
 _jobs_lock = threading.Lock()
 _pool = [None, 0]            # a ThreadPoolExecutor for the threaded loop, and its workers
@@ -79,13 +82,7 @@ class Tier2:
         if frozen is None:
             return
         self.frozen = None       # the trace keeps this object, not the reverse
-        tape = frozen.tape
-        d = self.plan.arena
-        args = (tape.vals[d], tape.adj[d], tape.floats[d], self.plan.seed_values)
-        call = functools.partial(module.run, *args)
-        if self.plan.threaded:
-            call = _threaded(module, self.plan, args, call)
-        frozen.tier2_call = call
+        frozen.tier2_call = Call(module, self.plan, frozen)
         self.state = "ready"
 
     def failed(self, reason):
@@ -230,11 +227,13 @@ def _signatures(module, dtype):
     dt = types.float64 if dtype == "float64" else types.float32
     arr = types.Array(dt, 1, "C")
     wide = types.Array(types.float64, 2, "C")
-    sigs = {"run": (arr, arr, arr, arr)}
+    ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
+    outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
+    sigs = {"run": (arr, arr, arr, arr, ins, outs)}
     if hasattr(module, "part"):
-        sigs["prologue"] = (arr, arr, arr, arr)
-        sigs["part"] = (arr, arr, arr, types.int64, types.int64, wide, types.int64)
-        sigs["epilogue"] = (arr, arr, arr, wide)
+        sigs["prologue"] = (arr, arr, arr, arr, ins, outs)
+        sigs["part"] = (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64)
+        sigs["epilogue"] = (arr, arr, arr, ins, outs, wide)
     return sigs
 
 
@@ -246,8 +245,53 @@ def _load(path, dtype):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     for fn_name, sig in _signatures(module, dtype).items():
-        getattr(module, fn_name).compile(sig)
+        dispatcher = getattr(module, fn_name)
+        dispatcher.compile(sig)
+        # A call with other argument types must never compile in the caller's thread: the
+        # arrays are made to match (Call.inputs), so a mismatch is a bug and raises.
+        dispatcher.disable_compile()
     return module
+
+
+def plain(a, dtype):
+    """``a`` flattened as the compiled functions' array type: C-contiguous, writeable,
+    aligned, of the arena's dtype (a copy only when it is not already)."""
+    if (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+            and a.flags.aligned):
+        return a.reshape(-1)
+    return np.array(a, dtype=dtype).reshape(-1)
+
+
+class Call:
+    """A frozen trace's tier-2 replay: ``fn(ins, outs)`` runs it, reading the arguments
+    ``direct_in`` from arrays ``ins`` and writing the gradients ``direct_out`` to ``outs``
+    (``arena_outs``: their slots in the adjoint arena, where tier 1 leaves them)."""
+    __slots__ = ("fn", "dtype", "direct_in", "copied", "out_of", "arena_ins", "arena_outs", "out_sizes",
+                 "small")
+
+    def __init__(self, module, plan, frozen):
+        tape = frozen.tape
+        d = plan.arena
+        args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
+        fn = functools.partial(module.run, *args)
+        self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
+        self.dtype = plan.dtype
+        self.direct_in = [arg for _, _, arg in plan.direct_in]
+        direct = {off for off, _, _ in plan.direct_in}
+        self.copied = [load for load in frozen.arg_loads if load[1] not in direct or load[0] != d]
+        self.out_of = {off: k for k, (off, _, _) in enumerate(plan.direct_out)}
+        self.arena_ins = tuple(tape.vals[d][off:off + n] for off, n, _ in plan.direct_in)
+        self.arena_outs = tuple(tape.adj[d][off:off + n] for off, n, _ in plan.direct_out)
+        self.out_sizes = [n for _, n, _ in plan.direct_out]
+        # Small arrays go through the arena as on tier 1 (arena_ins, arena_outs): copying them
+        # costs less than making the tuples of arrays and the results' arrays per call.
+        self.small = sum(n for _, n, _ in plan.direct_in) + sum(self.out_sizes) < DIRECT_ELEMENTS
+
+    def inputs(self, values):
+        return tuple([plain(values[arg], self.dtype) for arg in self.direct_in])
+
+    def fresh_outs(self):
+        return tuple([np.empty(n, self.dtype) for n in self.out_sizes])
 
 
 def _threaded(module, plan, args, serial):
@@ -263,10 +307,10 @@ def _threaded(module, plan, args, serial):
     prologue, part, epilogue = module.prologue, module.part, module.epilogue
     partials = {}
 
-    def call():
+    def call(ins, outs):
         threads = chunked.THREADS
         if threads == 1:
-            return serial()
+            return serial(ins, outs)
         blocks = 2 * threads if overlap else threads
         partial = partials.get(blocks)
         if partial is None:
@@ -274,16 +318,17 @@ def _threaded(module, plan, args, serial):
         if _pool[1] < threads - 1:
             _pool[:] = [ThreadPoolExecutor(threads - 1, thread_name_prefix="tapejit-tier2"), threads - 1]
         pool = _pool[0]
-        prologue(v, g, floats, seed_vals)
+        prologue(v, g, floats, seed_vals, ins, outs)
         bounds = [m * k // blocks for k in range(blocks + 1)]
         waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
         for wave in waves:
             first, *others = wave
-            futures = [pool.submit(part, v, g, floats, bounds[k], bounds[k + 1], partial, k) for k in others]
-            part(v, g, floats, bounds[first], bounds[first + 1], partial, first)
+            futures = [pool.submit(part, v, g, floats, ins, outs, bounds[k], bounds[k + 1], partial, k)
+                       for k in others]
+            part(v, g, floats, ins, outs, bounds[first], bounds[first + 1], partial, first)
             for f in futures:
                 f.result()
-        return epilogue(v, g, floats, partial)
+        return epilogue(v, g, floats, ins, outs, partial)
     return call
 
 
