@@ -41,6 +41,21 @@ _queue = []                  # (job, source, dtype) waiting for the background w
 _worker = [False]            # whether the worker thread is running
 
 
+def _forked():
+    """A forked child has none of the parent's threads: no worker, no thread pool, and the
+    parent's compiles in progress never finish here (their traces stay on tier 1)."""
+    global _jobs_lock
+    _jobs_lock = threading.Lock()     # a parent's thread may have held it at the fork
+    _worker[0] = False
+    _queue.clear()
+    _jobs.clear()
+    _pool[:] = [None, 0]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def default_mode():
     """``TAPEJIT_TIER2``: ``off``/``0`` keeps tier 1, ``sync`` compiles before the first replay."""
     value = os.environ.get(_ENV, "").strip().lower()
