@@ -60,15 +60,21 @@ def test_rosenbrock_is_one_loop_and_equals_tier_1_and_torch(dtype, rtol):
     _close((value.item(), t.grad.numpy()), tier2, 10 * rtol)
 
 
+def _far_slices(x):
+    # slices 40,000 apart: thread blocks shorter than that would add into the same elements
+    return np.sum(x[:-40000] * np.sin(x[40000:]))
+
+
 def test_long_loop_on_one_and_two_threads_equals_tier_1():
-    x = np.linspace(-1.0, 1.5, fused.THREADED_ELEMENTS + 1001)
+    x = np.linspace(-1.0, 1.5, fused.THREADED_ELEMENTS + 40001)
     before = tj.get_num_threads()
     try:
         for threads in (1, 2):
             tj.set_num_threads(threads)
-            tier1, tier2, compiled = _both_tiers(rosen, x)
-            assert _plan(compiled).threaded
-            _close(tier1, tier2, 1e-12)
+            for f in (rosen, _far_slices):
+                tier1, tier2, compiled = _both_tiers(f, x)
+                assert _plan(compiled).threaded
+                _close(tier1, tier2, 1e-12)
     finally:
         tj.set_num_threads(before)
 
