@@ -100,6 +100,27 @@ def _kind(op):
     return None
 
 
+_fusable = [None]    # opcode -> 1 for loads and the ops tier 2 may fuse (built once all are registered)
+
+
+def _screen(rec):
+    """Raise ``Ineligible`` for a record no group can hold, or too many records, with NumPy
+    before any per-record Python: a 10,000-op scalar graph's first call must not pay for
+    planning what is refused."""
+    table = _fusable[0]
+    if table is None or len(table) != len(registry.OPS):
+        table = _fusable[0] = np.array([_kind(op) is not None for op in registry.OPS])
+    ops = rec[:, 0] >> 1
+    bad = np.flatnonzero(~table[ops])
+    if len(bad):
+        r = int(bad[0])
+        op = registry.OPS[int(ops[r])]
+        raise Ineligible(f"record {r}, {op.name} ({op.node}), is not elementwise: tier 2 does not fuse it yet")
+    work = int((ops != registry.BY_NAME["load"].opcode).sum())
+    if work > MAX_RECORDS:
+        raise Ineligible(f"{work} records: more than {MAX_RECORDS} would take long to compile")
+
+
 class Plan:
     """How a frozen trace is fused: its groups, which slots reach memory, the seeds."""
 
@@ -117,7 +138,8 @@ class Plan:
         self.dtype = tape.vals[self.arena].dtype
         rec = tape.rec[:tape.nrec]
         ints = tape.ints
-        self.rows = [tuple(int(x) for x in row) for row in rec]
+        _screen(rec)
+        self.rows = [tuple(row) for row in rec.tolist()]
         self.ops = [registry.OPS[row[0] >> 1] for row in self.rows]
         self.seeds = [(off, n) for _, off, n, _ in seeds]
         values = [np.ones(n, self.dtype) if seed is None else np.asarray(seed[1], self.dtype).reshape(-1)
@@ -127,8 +149,6 @@ class Plan:
         self._group(ints)
         if not self.groups:
             raise Ineligible("the trace has no elementwise records to fuse")
-        if sum(len(g.records) for g in self.groups) > MAX_RECORDS:
-            raise Ineligible(f"{len(self.rows)} records: more than {MAX_RECORDS} would take long to compile")
         self._reach()
         self._memory()
         # Arguments the function reads from their own arrays, and whose gradients it writes
@@ -534,7 +554,8 @@ class _Writer:
 def generate(frozen, digest=None):
     """``(plan, source)`` for ``frozen``; raises ``Ineligible``."""
     plan = Plan(frozen)
-    digest = registry.registry_hash() if digest is None else digest
+    if digest is None:   # the loaded sweeps carry it (computing it costs milliseconds)
+        digest = getattr(frozen.sweeps, "REGISTRY_HASH", None) or registry.registry_hash()
     body = _Writer(plan, "np.float64" if plan.dtype == np.float64 else "np.float32").module()
     if not plan.threaded:
         plan._accumulators = []
