@@ -17,8 +17,12 @@ them into the sweeps, and each value and adjoint is rounded to the arena's dtype
 tier 1 stores it, so results match tier 1 to the last bits except in the order in which
 a slot's gradient terms and a sum's elements are added (a sum accumulates in float64).
 
-A trace holding any other record (matmul, reductions along dims, indexing, softmax, ...)
-is not eligible yet and stays on tier 1: ``plan`` raises ``Ineligible`` naming the op.
+Other records (matmul, reductions along dims, indexing, softmax, ...) stay calls of the
+registry's kernels between the loops, on the arena as the sweeps run them; their
+operands' gradients are added (mode 2) to adjoints zeroed first.  A kernel whose backward
+reads the sweep's flags (several outputs, operands listed in ``ints``: cat, stack,
+linear's bias, the recurrent cells) is not run yet: its trace stays on tier 1 (``Plan``
+raises ``Ineligible`` naming the op), as does a trace of two dtypes or two backward().
 
 Threads.  A trace of one group whose loop is long gets a second entry point, ``part``,
 that runs the loop over elements ``lo .. hi-1`` and leaves its sums in a row of
@@ -30,7 +34,7 @@ import hashlib
 import numpy as np
 
 from tapejit import registry
-from tapejit._inline import inline
+from tapejit._inline import inline, reads
 
 #: Traces with more elementwise records than this stay on tier 1: Numba's compile time
 #: grows faster than linearly with a function's size (the 10,000-op scalar graph).
@@ -47,7 +51,7 @@ import math  # noqa: F401  (used by inlined rules)
 
 import numpy as np  # noqa: F401
 
-from tapejit._jit import sweep
+from tapejit._jit import kernel, sweep  # noqa: F401
 from tapejit.ops._kernel_helpers import at  # noqa: F401
 from tapejit.ops._kernel_helpers import tanh as fast_tanh  # noqa: F401
 
@@ -97,7 +101,14 @@ def _kind(op):
         return "copy"
     if op.runs == "sum":
         return "sum"
+    if op.kind == "kernel" and op.listed is None and _FLAGS not in reads(op.backward):
+        return "kernel"
     return None
+
+
+#: position of ``flags`` in a kernel's backward: a kernel that reads it (several outputs,
+#: listed operands) relies on the sweep's flags, which tier 2 does not keep
+_FLAGS = 2
 
 
 _fusable = [None]    # opcode -> 1 for loads and the ops tier 2 may fuse (built once all are registered)
@@ -115,7 +126,8 @@ def _screen(rec):
     if len(bad):
         r = int(bad[0])
         op = registry.OPS[int(ops[r])]
-        raise Ineligible(f"record {r}, {op.name} ({op.node}), is not elementwise: tier 2 does not fuse it yet")
+        raise Ineligible(f"record {r}, {op.name} ({op.node}): tier 2 does not run it yet (its backward reads "
+                         f"the sweep's flags, or it has listed operands)")
     work = int((ops != registry.BY_NAME["load"].opcode).sum())
     if work > MAX_RECORDS:
         raise Ineligible(f"{work} records: more than {MAX_RECORDS} would take long to compile")
@@ -149,14 +161,16 @@ class Plan:
         self._group(ints)
         if not self.groups:
             raise Ineligible("the trace has no elementwise records to fuse")
+        self.kernel_set = set(self.kernels)
+        self._extents(tape)
         self._reach()
         self._memory()
         # Arguments the function reads from their own arrays, and whose gradients it writes
         # to arrays of their own: (slot, elements, argument index), in ins/outs order.
         self.direct_in = [(off, n, arg) for d, off, n, arg in frozen.arg_loads
-                          if d == self.arena and off not in self.kept]
+                          if d == self.arena and off not in self.kept and off not in self.kernel_reads]
         self.direct_out = [(off, n, arg) for d, off, n, arg in frozen.arg_loads
-                           if d == self.arena and off in self.grad_from_outside]
+                           if d == self.arena and off in self.grad_from_outside and off not in self.kernel_grads]
         self.in_index = {off: k for k, (off, _, _) in enumerate(self.direct_in)}
         self.out_index = {off: k for k, (off, _, _) in enumerate(self.direct_out)}
 
@@ -164,6 +178,8 @@ class Plan:
 
     def _group(self, ints):
         self.groups = []
+        self.steps = []        # groups and kernel records (indices), in order
+        self.kernels = []
         self.group_of = {}     # record index -> group
         self.length = {}       # slot -> elements
         self.sum_n = {}
@@ -174,14 +190,14 @@ class Plan:
             if kind == "load":
                 self.length[out] = row[5]
                 continue
-            if kind is None:
-                raise Ineligible(f"record {r}, {op.name} ({op.node}), is not elementwise: tier 2 does not "
-                                 f"fuse it yet")
+            n = _full_sum_length(ints, row) if kind == "sum" else None
+            if kind == "kernel" or (kind == "sum" and n is None):
+                # a call of the registry's kernel between loops; its slots are in memory
+                self.steps.append(r)
+                self.kernels.append(r)
+                current = None
+                continue
             if kind == "sum":
-                n = _full_sum_length(ints, row)
-                if n is None:
-                    raise Ineligible(f"record {r}, {op.name} ({op.node}) along dims: tier 2 fuses only "
-                                     f"full sums yet")
                 self.sum_n[r] = n
                 m = n
             else:
@@ -189,6 +205,7 @@ class Plan:
             if current is None or current.m != m or current.sum is not None or not self._fits(current, r, kind):
                 current = _Group(m)
                 self.groups.append(current)
+                self.steps.append(current)
             current.records.append(r)
             self.group_of[r] = current
             if kind == "sum":
@@ -214,13 +231,24 @@ class Plan:
                     return False
         return True
 
+    def _extents(self, tape):
+        """The arena span of each kernel's output, for zeroing its adjoint: up to the next
+        slot (a kernel's size is in its layout, which only the kernel reads)."""
+        starts = sorted({row[1] for row in self.rows} | {tape.cursor[self.arena]})
+        following = dict(zip(starts, starts[1:]))
+        for r in self.kernels:
+            out = self.rows[r][1]
+            self.length[out] = following[out] - out
+
     # ---- gradients ----------------------------------------------------------------------
 
     def _operands(self, r):
         """``[(field, encoded operand)]`` of record ``r``."""
-        kind = _kind(self.ops[r])
+        op = self.ops[r]
         row = self.rows[r]
-        return [(2, row[2]), (3, row[3])] if kind == "binary" else [(2, row[2])]
+        if op.kind == "binary" or (r in self.kernel_set and op.operands == 2):
+            return [(2, row[2]), (3, row[3])]
+        return [(2, row[2])]
 
     def _reach(self):
         """The slots whose adjoint a backward sweep from the seeds writes (tier 1's flags)."""
@@ -235,27 +263,32 @@ class Plan:
 
     def _memory(self):
         """Which values and adjoints reach memory, and which groups fuse their backward."""
-        readers = {}   # slot -> groups of the records reading it
-        for r, row in enumerate(self.rows):
-            g = self.group_of.get(r)
-            if g is None:
-                continue
+        owner = {r: id(g) for r, g in self.group_of.items()}
+        owner.update((r, ("kernel", r)) for r in self.kernels)
+        readers = {}   # slot -> groups (and kernel records) reading it
+        # slots a kernel reads, or adds a gradient to: in the arena, as the kernel expects
+        self.kernel_reads, self.kernel_grads = set(), set()
+        for r in owner:
             for _, enc in self._operands(r):
-                readers.setdefault(_decode(enc), set()).add(id(g))
+                readers.setdefault(_decode(enc), set()).add(owner[r])
+                if r in self.kernel_set:
+                    self.kernel_reads.add(_decode(enc))
+                    if enc >= 0 and self.rows[r][1] in self.reached:
+                        self.kernel_grads.add(enc)
         self.stored = set()
         # slots whose adjoint arrives from another group: kept in memory, zeroed first
         self.grad_from_outside = set()
-        for r, row in enumerate(self.rows):
+        for r in owner:
+            row = self.rows[r]
             g = self.group_of.get(r)
-            if g is None:
-                continue
+            made = g.made if g is not None else ()
             out = row[1]
-            if out in self.kept or readers.get(out, set()) - {id(g)} or g.sum == r:
+            if g is not None and (out in self.kept or readers.get(out, set()) - {id(g)} or g.sum == r):
                 self.stored.add(out)
             if out not in self.reached:
                 continue
             for _, enc in self._operands(r):
-                if enc >= 0 and enc not in g.made:
+                if enc >= 0 and enc not in made:
                     self.grad_from_outside.add(enc)
         seeded = {off for off, _ in self.seeds}
         for g in self.groups:
@@ -267,7 +300,7 @@ class Plan:
     @property
     def threaded(self):
         """Whether ``part`` is generated: one group, fused, long."""
-        return len(self.groups) == 1 and self.groups[0].fused and self.groups[0].m >= THREADED_ELEMENTS
+        return (len(self.steps) == 1 and self.groups[0].fused and self.groups[0].m >= THREADED_ELEMENTS)
 
     def spans(self):
         """``(lo, hi)`` offsets from element ``i`` of the memory gradient writes of the
@@ -501,26 +534,59 @@ class _Writer:
     def module(self):
         plan = self.plan
         ind = "    "
-        lines = ["@sweep", "def run(v, g, floats, seed_vals, ins, outs):",
+        lines = ["@sweep", "def run(v, g, flags, floats, ints, seed_vals, ins, outs):",
                  '    """Forward values, seeds and gradients of the whole trace; returns -1."""']
         lines += self._prologue(ind)
         backward = bool(plan.seeds)
-        for k, group in enumerate(plan.groups):
-            lines.append(f"{ind}# group {k}: records {group.records[0]}..{group.records[-1]}, "
+        number = {id(group): k for k, group in enumerate(plan.groups)}
+        for step in plan.steps:
+            if isinstance(step, int):
+                lines.append(self._kernel_call(step, ind, forward=True))
+                continue
+            group = step
+            lines.append(f"{ind}# group {number[id(group)]}: records {group.records[0]}..{group.records[-1]}, "
                          f"{group.m} elements{', forward and backward' if group.fused and backward else ''}")
             before, loop, after, _, _ = self._loop(group, ind, True, backward and group.fused, True)
             lines += before + loop + after
-        for k in range(len(plan.groups) - 1, -1, -1):
-            group = plan.groups[k]
-            if group.fused or not backward:
+        for step in reversed(plan.steps) if backward else ():
+            if isinstance(step, int):
+                if plan.rows[step][1] in plan.reached:
+                    lines.append(self._kernel_call(step, ind, forward=False))
                 continue
-            lines.append(f"{ind}# group {k}, backward")
+            group = step
+            if group.fused:
+                continue
+            lines.append(f"{ind}# group {number[id(group)]}, backward")
             before, loop, after, _, _ = self._loop(group, ind, False, True, False)
             lines += before + loop + after
         lines += [f"{ind}return -1", ""]
         if plan.threaded:
             lines += self._threaded(backward)
         return lines
+
+    def _kernel_call(self, r, ind, forward):
+        """Record ``r`` run by the registry's kernel, on the arena, as the sweeps run it; its
+        operands' gradients are added (mode 2) to adjoints zeroed in the prologue."""
+        op, (_, out, a, b, p, q) = self.plan.ops[r], self.plan.rows[r]
+        if forward:
+            return f"{ind}{op.forward.py_func.__name__}(v, {out}, {_decode(a)}, {_decode(b)}, {p}, {q}, ints, floats)  # r{r} {op.name}"
+        ma = 2 if a >= 0 else 0
+        mb = 2 if b >= 0 and op.operands == 2 else 0
+        return (f"{ind}{op.backward.py_func.__name__}(v, g, flags, {out}, {_decode(a)}, {_decode(b)}, {ma}, {mb}, "
+                f"{p}, {q}, ints, floats)  # r{r} {op.name} backward")
+
+    def imports(self):
+        """The kernels' modules, and each kernel compiled here (as the sweep module does)."""
+        by_module = {}
+        for r in self.plan.kernels:
+            op = self.plan.ops[r]
+            for fn in (op.forward, op.backward):
+                by_module.setdefault(fn.py_func.__module__, set()).add(fn.py_func.__name__)
+        lines = [f"import {module} as _{module.rsplit('.', 1)[-1]}" for module in sorted(by_module)]
+        for module in sorted(by_module):
+            alias = "_" + module.rsplit(".", 1)[-1]
+            lines += [f"{name} = kernel({alias}.{name})" for name in sorted(by_module[module])]
+        return lines + ["", ""] if lines else []
 
     def _threaded(self, backward):
         """``prologue``, ``part`` (a block of the loop) and ``epilogue`` of a one-group trace."""
@@ -556,11 +622,14 @@ def generate(frozen, digest=None):
     plan = Plan(frozen)
     if digest is None:   # the loaded sweeps carry it (computing it costs milliseconds)
         digest = getattr(frozen.sweeps, "REGISTRY_HASH", None) or registry.registry_hash()
-    body = _Writer(plan, "np.float64" if plan.dtype == np.float64 else "np.float32").module()
+    writer = _Writer(plan, "np.float64" if plan.dtype == np.float64 else "np.float32")
+    body = writer.module()
+    body = writer.imports() + body
     if not plan.threaded:
         plan._accumulators = []
     groups = ", ".join(f"{len(g.records)} records x {g.m}" for g in plan.groups)
-    summary = f"Groups: {groups}."
+    kernels = ", ".join(plan.ops[r].name for r in plan.kernels)
+    summary = f"Groups: {groups}." + (f"\nKernels between them: {kernels}." if kernels else "")
     body += [f"N_IN = {len(plan.direct_in)}", f"N_OUT = {len(plan.direct_out)}", ""]
     source = _HEADER.format(digest=digest, dtype=plan.dtype.name, summary=summary) + "\n" + "\n".join(body)
     return plan, source

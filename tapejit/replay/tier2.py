@@ -244,7 +244,8 @@ def _signatures(module, dtype):
     wide = types.Array(types.float64, 2, "C")
     ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
     outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
-    sigs = {"run": (arr, arr, arr, arr, ins, outs)}
+    sigs = {"run": (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr,
+                    ins, outs)}
     if hasattr(module, "part"):
         sigs["prologue"] = (arr, arr, arr, arr, ins, outs)
         sigs["part"] = (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64)
@@ -287,8 +288,9 @@ class Call:
     def __init__(self, module, plan, frozen):
         tape = frozen.tape
         d = plan.arena
+        fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                               plan.seed_values)
         args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
-        fn = functools.partial(module.run, *args)
         self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
         self.dtype = plan.dtype
         self.direct_in = [arg for _, _, arg in plan.direct_in]
