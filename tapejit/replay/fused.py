@@ -271,10 +271,10 @@ class Plan:
         for r in owner:
             for _, enc in self._operands(r):
                 readers.setdefault(_decode(enc), set()).add(owner[r])
-                if r in self.kernel_set:
-                    self.kernel_reads.add(_decode(enc))
-                    if enc >= 0 and self.rows[r][1] in self.reached:
-                        self.kernel_grads.add(enc)
+                if r in self.kernel_set and enc >= 0 and self.rows[r][1] in self.reached:
+                    self.kernel_grads.add(enc)
+            if r in self.kernel_set:   # field b too: a one-operand kernel may read a slot there
+                self.kernel_reads.update((_decode(self.rows[r][2]), _decode(self.rows[r][3])))
         self.stored = set()
         # slots whose adjoint arrives from another group: kept in memory, zeroed first
         self.grad_from_outside = set()
