@@ -19,22 +19,27 @@ a slot's gradient terms and a sum's elements are added (a sum accumulates in flo
 
 Other records (matmul, reductions along dims, indexing, softmax, ...) stay calls of the
 registry's kernels between the loops, on the arena as the sweeps run them; their
-operands' gradients are added (mode 2) to adjoints zeroed first.  A kernel whose backward
-reads the sweep's flags (several outputs, operands listed in ``ints``: cat, stack,
-linear's bias, the recurrent cells) is not run yet: its trace stays on tier 1 (``Plan``
-raises ``Ineligible`` naming the op), as does a trace of two dtypes or two backward().
+operands' gradients are added (mode 2) to adjoints zeroed first, and the flags of
+operands listed in ``ints`` (cat, stack, linear's bias) are set first so that their
+``claim`` adds too.  A kernel whose backward reads flags otherwise (which of several
+outputs got a gradient: the recurrent cells, slogdet, qr, svd, eigh) is not run yet: its
+trace stays on tier 1 (``Plan`` raises ``Ineligible`` naming the op), as does a trace of
+two dtypes or two backward().
 
 Threads.  A trace of one group whose loop is long gets a second entry point, ``part``,
 that runs the loop over elements ``lo .. hi-1`` and leaves its sums in a row of
 ``partial``; ``tier2.py`` shares blocks of the loop out to threads (blocks that add
 into overlapping gradient ranges, slices at different starts, run in two waves).
 """
+import ast
 import hashlib
+import inspect
+import textwrap
 
 import numpy as np
 
 from tapejit import registry
-from tapejit._inline import inline, reads
+from tapejit._inline import inline
 
 #: Traces with more elementwise records than this stay on tier 1: Numba's compile time
 #: grows faster than linearly with a function's size (the 10,000-op scalar graph).
@@ -101,14 +106,30 @@ def _kind(op):
         return "copy"
     if op.runs == "sum":
         return "sum"
-    if op.kind == "kernel" and op.listed is None and _FLAGS not in reads(op.backward):
+    if op.kind == "kernel" and _flags_only_claimed(op.backward):
         return "kernel"
     return None
 
 
-#: position of ``flags`` in a kernel's backward: a kernel that reads it (several outputs,
-#: listed operands) relies on the sweep's flags, which tier 2 does not keep
-_FLAGS = 2
+_claimed_only = {}
+
+
+def _flags_only_claimed(fn):
+    """Whether kernel backward ``fn`` reads the sweep's flags only through ``claim`` (the
+    mode of a listed operand's gradient: tier 2 sets those flags first, so it adds).  A
+    kernel reading them otherwise (which of several outputs got a gradient) relies on the
+    sweep's bookkeeping, which tier 2 does not keep."""
+    known = _claimed_only.get(fn)
+    if known is None:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn.py_func)))
+        flags = tree.body[0].args.args[2].arg
+        parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        known = _claimed_only[fn] = all(
+            isinstance(parent.get(node), ast.Call) and isinstance(parent[node].func, ast.Name)
+            and parent[node].func.id == "claim" and parent[node].args[:1] == [node]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and node.id == flags and isinstance(node.ctx, ast.Load))
+    return known
 
 
 _fusable = [None]    # opcode -> 1 for loads and the ops tier 2 may fuse (built once all are registered)
@@ -127,7 +148,7 @@ def _screen(rec):
         r = int(bad[0])
         op = registry.OPS[int(ops[r])]
         raise Ineligible(f"record {r}, {op.name} ({op.node}): tier 2 does not run it yet (its backward reads "
-                         f"the sweep's flags, or it has listed operands)")
+                         f"which of its outputs got a gradient)")
     work = int((ops != registry.BY_NAME["load"].opcode).sum())
     if work > MAX_RECORDS:
         raise Ineligible(f"{work} records: more than {MAX_RECORDS} would take long to compile")
@@ -149,7 +170,7 @@ class Plan:
         self.arena = frozen.arena
         self.dtype = tape.vals[self.arena].dtype
         rec = tape.rec[:tape.nrec]
-        ints = tape.ints
+        ints = self.ints = tape.ints
         _screen(rec)
         self.rows = [tuple(row) for row in rec.tolist()]
         self.ops = [registry.OPS[row[0] >> 1] for row in self.rows]
@@ -246,7 +267,12 @@ class Plan:
         """``[(field, encoded operand)]`` of record ``r``."""
         op = self.ops[r]
         row = self.rows[r]
-        if op.kind == "binary" or (r in self.kernel_set and op.operands == 2):
+        if r in self.kernel_set:
+            fields = [(2, row[2]), (3, row[3])] if op.operands == 2 else [(2, row[2])]
+            if op.listed is not None:   # cat's, stack's operands, linear's bias
+                fields += [(None, int(enc)) for enc in op.listed(self.ints, row[4])]
+            return fields
+        if op.kind == "binary":
             return [(2, row[2]), (3, row[3])]
         return [(2, row[2])]
 
@@ -268,12 +294,19 @@ class Plan:
         readers = {}   # slot -> groups (and kernel records) reading it
         # slots a kernel reads, or adds a gradient to: in the arena, as the kernel expects
         self.kernel_reads, self.kernel_grads = set(), set()
+        # listed operands a kernel claims a gradient mode for: flagged first, so it adds
+        self.claimed = set()
         for r in owner:
-            for _, enc in self._operands(r):
+            kernel = r in self.kernel_set
+            for field, enc in self._operands(r):
                 readers.setdefault(_decode(enc), set()).add(owner[r])
-                if r in self.kernel_set and enc >= 0 and self.rows[r][1] in self.reached:
-                    self.kernel_grads.add(enc)
-            if r in self.kernel_set:   # field b too: a one-operand kernel may read a slot there
+                if kernel:
+                    self.kernel_reads.add(_decode(enc))
+                    if enc >= 0 and self.rows[r][1] in self.reached:
+                        self.kernel_grads.add(enc)
+                        if field is None:
+                            self.claimed.add(enc)
+            if kernel:   # field b too: a one-operand kernel may read a slot there
                 self.kernel_reads.update((_decode(self.rows[r][2]), _decode(self.rows[r][3])))
         self.stored = set()
         # slots whose adjoint arrives from another group: kept in memory, zeroed first
@@ -537,6 +570,7 @@ class _Writer:
         lines = ["@sweep", "def run(v, g, flags, floats, ints, seed_vals, ins, outs):",
                  '    """Forward values, seeds and gradients of the whole trace; returns -1."""']
         lines += self._prologue(ind)
+        lines += [f"{ind}flags[{slot}] = 1" for slot in sorted(plan.claimed)]
         backward = bool(plan.seeds)
         number = {id(group): k for k, group in enumerate(plan.groups)}
         for step in plan.steps:
@@ -559,6 +593,7 @@ class _Writer:
             lines.append(f"{ind}# group {number[id(group)]}, backward")
             before, loop, after, _, _ = self._loop(group, ind, False, True, False)
             lines += before + loop + after
+        lines += [f"{ind}flags[{slot}] = 0" for slot in sorted(plan.claimed)]   # as the sweeps leave them
         lines += [f"{ind}return -1", ""]
         if plan.threaded:
             lines += self._threaded(backward)
