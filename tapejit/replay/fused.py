@@ -351,14 +351,9 @@ class Plan:
         return self._accumulators
 
 
-def _source_lines(plan):
-    """The generated module's body (after the header)."""
-    dt = "np.float64" if plan.dtype == np.float64 else "np.float32"
-    gen = _Writer(plan, dt)
-    return gen.module()
-
-
 class _Writer:
+    """The generated module's text for ``plan``; ``dt`` rounds a value to the arena's dtype."""
+
     def __init__(self, plan, dt):
         self.plan = plan
         self.dt = dt
@@ -503,7 +498,9 @@ class _Writer:
         return lines
 
     def _loop(self, group, ind, forward, backward, store, bounds="0, {m}", accumulators=None):
-        """A group's loop; returns (before, loop, after) lines."""
+        """A group's loop: ``(before, loop, after, sums, strided)``, the lines around and of
+        the loop and its accumulators; with ``accumulators`` (a list, extended with their
+        names) the caller finishes them (the threaded ``part``)."""
         plan = self.plan
         before = self._hoists(group, ind)
         strided = {}
@@ -529,22 +526,20 @@ class _Writer:
         after += self._finish(group, ind, sums, strided, forward)
         return before, loop, after, sums, strided
 
-    def _finish(self, group, ind, sums, strided, forward, source=None):
-        """After a loop: a sum's value, broadcast operands' gradients (``source``: the
-        expression each accumulator's total is read from)."""
+    def _finish(self, group, ind, sums, strided, forward):
+        """After a loop: a sum's value (scaled, as the sum kernel scales it), and the summed
+        gradients of broadcast operands."""
         plan = self.plan
         lines = []
         if forward and group.sum is not None:
             r = group.sum
             row = plan.rows[r]
-            total = source(f"acc{r}") if source else f"acc{r}"
-            lines += [f"{ind}t{r} = {self.dt}({total})",
+            lines += [f"{ind}t{r} = {self.dt}(acc{r})",
                       f"{ind}if floats[{row[5]}] != 1.0:",
                       f"{ind}    t{r} = {self.dt}(t{r} * floats[{row[5]}])",
                       f"{ind}v[{row[1]}] = t{r}"]
         for slot, name in sorted(strided.items()):
-            total = source(name) if source else name
-            lines.append(f"{ind}{self._g(slot, '0')} += {total}")
+            lines.append(f"{ind}{self._g(slot, '0')} += {name}")
         return lines
 
     def _prologue(self, ind):
