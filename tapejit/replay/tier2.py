@@ -217,10 +217,11 @@ def _build(job, source, dtype, in_process):
         if not os.path.exists(marker):
             _numba_load.write_atomically(marker, b"compiled\n")
     except Exception as e:   # tier 1 goes on; stats() says why
-        if in_process:
-            job.finish(error=f"{type(e).__name__}: {e}")
-            raise
         job.finish(error=f"{type(e).__name__}: {e}")
+        if in_process:
+            raise
+        _numba_load.warn_once("tier2 failed", f"tapejit: tj.compile's tier 2 could not compile a trace "
+                                              f"({type(e).__name__}: {e}); its replays stay on tier 1.")
         return
     job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
 
