@@ -5,7 +5,8 @@ trace's source; a trace it cannot fuse stays on tier 1 (``Tier2.state == "inelig
 with the reason).  The source is saved in the cache folder, ``tier2/t2_<key>.py``, where
 ``key`` hashes its text (so the trace's structure, the registry hash and the dtype), and
 Numba caches what it compiles from it in ``tier2/__pycache__`` beside it; a file
-``t2_<key>.ok`` there says the compiled entry points are in that cache.
+``t2_<key>.ok`` there says the compiled entry points are in that cache (for this Numba
+version and CPU).
 
 ``mode=True`` (the default): a separate process, ``python -m tapejit.replay.tier2
 <file> <dtype>``, compiles it at a low priority and writes Numba's cache; a thread of the
@@ -17,6 +18,7 @@ finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background th
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
 """
 import functools
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -210,12 +212,17 @@ def _build(job, source, dtype, in_process):
             except OSError:
                 pass
             _numba_load.write_atomically(path, text)
-        cached = os.path.exists(marker)
+        stamp = _machine_stamp()
+        try:
+            with open(marker, "rb") as f:
+                cached = f.read() == stamp
+        except OSError:
+            cached = False
         if not cached and not in_process:
             _compile_in_child(path, dtype)
         module = _load(path, dtype)
-        if not os.path.exists(marker):
-            _numba_load.write_atomically(marker, b"compiled\n")
+        if not cached:
+            _numba_load.write_atomically(marker, stamp)
     except Exception as e:   # tier 1 goes on; stats() says why
         job.finish(error=f"{type(e).__name__}: {e}")
         if in_process:
@@ -224,6 +231,16 @@ def _build(job, source, dtype, in_process):
                                               f"({type(e).__name__}: {e}); its replays stay on tier 1.")
         return
     job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
+
+
+def _machine_stamp():
+    """What Numba's cached code depends on beyond the file: its version and the CPU it was
+    compiled for.  A marker written elsewhere (a cache folder shared by two machines) sends
+    the compile to a child process again, never into this process's background thread."""
+    import numba
+    from llvmlite import binding
+    features = hashlib.sha256(binding.get_host_cpu_features().flatten().encode()).hexdigest()[:16]
+    return f"numba {numba.__version__} {binding.get_host_cpu_name()} {features}\n".encode()
 
 
 def _compile_in_child(path, dtype):
