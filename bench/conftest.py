@@ -22,6 +22,9 @@ _XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threa
 if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _XLA_ONE_THREAD).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# tj.compile's tier 2 off unless a row asks for it (tier2=...): a compile finishing in the
+# background would switch a timed row from tier 1 to tier 2 mid-run.
+os.environ.setdefault("TAPEJIT_TIER2", "off")
 # Workloads A and C are float64; without this JAX silently computes them in float32.
 os.environ["JAX_ENABLE_X64"] = "1"
 

@@ -20,6 +20,7 @@ Every row is checked before it is timed, and its timed result again after:
   equals single replays row by row, and ``rosen_der``.
 """
 import os
+import time
 
 import numba
 import numpy as np
@@ -42,7 +43,9 @@ B_REPLAY_PEERS = ("tapejit", "tapejit_eager", "torch", "jax", "numpy")
 B_SPECS = {"tiny": (W.TINY_MLP, T.GROUP_B_TINY_REPLAY), "mnist": (W.MNIST_MLP, T.GROUP_B_MNIST_REPLAY)}
 
 C_REPLAY_SIZES = (10, 1_000_000)
-C_REPLAY_PEERS = ("tapejit", "tapejit_eager", "jax", "numpy")
+#: ``tapejit`` is tier 1 (the registry's sweeps), ``tapejit_tier2`` the trace's own fused
+#: function (compiled before timing), ``numba_fused`` a hand-written fused Numba loop
+C_REPLAY_PEERS = ("tapejit", "tapejit_tier2", "tapejit_eager", "jax", "numpy", "numba_fused")
 C_BIG = 100_000          # from this size on: pedantic, C_BIG_ROUNDS rounds
 C_BIG_ROUNDS = 15
 
@@ -53,7 +56,9 @@ BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
 
 #: row (the ``peer`` parameter) -> the peer library it needs
 ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit",
-               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "tapejit_per_row": "tapejit"}
+               "tapejit_tier2": "tapejit", "tapejit_tier1": "tapejit",
+               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "tapejit_per_row": "tapejit",
+               "numba_fused": "numpy"}
 
 
 def load_row(row):
@@ -246,17 +251,35 @@ def test_mlp_step_replayed(peer, benchmark, model):
 # ---------------------------------------------------------------------------------------
 # C: Rosenbrock value and gradient replayed, and batched over many points
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def rosen_value_and_grad_numba(x):
+    """The hand-written fused Rosenbrock gradient: value and gradient in one pass over x."""
+    n = x.shape[0]
+    g = np.zeros(n)
+    f = 0.0
+    for i in range(n - 1):
+        a = x[i]
+        t1 = x[i + 1] - a * a
+        t2 = 1.0 - a
+        f += 100.0 * t1 * t1 + t2 * t2
+        g[i] += -400.0 * t1 * a - 2.0 * t2
+        g[i + 1] += 200.0 * t1
+    return f, g
+
+
 def rosen_row(row, lib, x):
     """``(value_and_grad, arg)`` of row ``row`` at ``x``; ``value_and_grad(arg)`` returns
     ``(value, gradient)``."""
-    if row == "tapejit":
-        compiled = lib.tl.compile(lib.tl.value_and_grad(W.rosen))
-        compiled(x)                          # the trace
+    if row in ("tapejit", "tapejit_tier2"):
+        compiled = lib.tl.compile(lib.tl.value_and_grad(W.rosen), tier2="sync" if row == "tapejit_tier2" else False)
+        compiled(x)                          # the trace (and tier 2's compile or cache load)
         return compiled, x
     if row == "tapejit_eager":
         return lib.tl.value_and_grad(W.rosen), x
     if row == "numpy":
         return W.rosen_value_and_grad_numpy, x
+    if row == "numba_fused":
+        return rosen_value_and_grad_numba, x
     return P.rosen_value_and_grad_fn(row, x)
 
 
@@ -282,9 +305,72 @@ def test_rosenbrock_replay(peer, benchmark, n):
     else:
         out = benchmark(fn, arg)
     check_rosen(out, x, f"{peer} Rosenbrock value and gradient (timed call), n={n:,}")
-    if peer == "tapejit":
+    if peer in ("tapejit", "tapejit_tier2"):
         only_trace(fn)
         benchmark.extra_info["records"] = fn.stats()["records"][0]
+        assert fn.stats()["tier"] == [2 if peer == "tapejit_tier2" else 1], fn.stats()
+
+
+#: the background-compile group: elements, and calls timed after the trace
+BACKGROUND_N = 1_000_000
+BACKGROUND_CALLS = 100
+BACKGROUND_ROUNDS = 3
+
+
+def _fresh_tier2(tj, n):
+    """Remove tier 2's cached function for the Rosenbrock trace at size ``n``, so that a
+    new trace compiles it (in the background) instead of loading it."""
+    import glob
+    from tapejit import _numba_load
+    from tapejit.replay import fused, tier2
+    probe = tj.compile(tj.value_and_grad(W.rosen), tier2=False)
+    probe(W.rosen_point(n))
+    _, source = fused.generate(next(iter(probe.traces.values())).frozen)
+    key = fused.key(source)
+    folder = os.path.join(_numba_load.cache_dir(), "tier2")
+    for path in glob.glob(os.path.join(folder, f"t2_{key}*")) + glob.glob(os.path.join(folder, "__pycache__",
+                                                                                        f"t2_{key}*")):
+        os.unlink(path)
+    tier2._jobs.pop(key, None)
+
+
+@pytest.mark.parametrize("peer", ("tapejit", "tapejit_tier1"))
+def test_background_compile_first_calls(peer, benchmark):
+    """The first 100 replays after the trace, while tier 2 compiles in another process
+    (``tapejit``, the default), against the same calls with tier 2 off (``tapejit_tier1``).
+    Each round traces at a new size, so tier 2 compiles again; ``extra_info`` has the
+    slowest call and the calls that ran tier 2."""
+    lib = load_row(peer)
+    tj = lib.tl
+    sizes = iter(range(BACKGROUND_N, BACKGROUND_N + 10 * BACKGROUND_ROUNDS))
+    slowest, on_tier2 = [], []
+
+    def setup():
+        n = next(sizes)
+        if peer == "tapejit":
+            _fresh_tier2(tj, n)
+        compiled = tj.compile(tj.value_and_grad(W.rosen), tier2=peer == "tapejit")
+        x = W.rosen_point(n)
+        compiled(x)                          # the trace: tier 2's compile starts
+        return (compiled, x), {}
+
+    def first_calls(compiled, x):
+        times = []
+        tiers = 0
+        for _ in range(BACKGROUND_CALLS):
+            start = time.perf_counter()
+            compiled(x)
+            times.append(time.perf_counter() - start)
+            tiers += compiled.stats()["tier"] == [2]
+        slowest.append(max(times))
+        on_tier2.append(tiers)
+        return compiled(x), x
+
+    benchmark.group = T.GROUP_C_BACKGROUND.format(n=BACKGROUND_N, calls=BACKGROUND_CALLS)
+    out, x = benchmark.pedantic(first_calls, setup=setup, rounds=BACKGROUND_ROUNDS, iterations=1)
+    check_rosen(out, x, f"{peer}: Rosenbrock value and gradient after the first calls")
+    benchmark.extra_info["slowest_call_s"] = max(slowest)
+    benchmark.extra_info["calls_on_tier2"] = on_tier2
 
 
 @numba.njit(parallel=True, cache=True)

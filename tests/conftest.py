@@ -1,6 +1,11 @@
 """Test-session set-up shared by every test file."""
 import os
 
+# tj.compile's tier 2 compiles each new trace in a background process: a suite of hundreds
+# of traces would start hundreds.  Tests that exercise tier 2 ask for it (test_replay*.py).
+os.environ.setdefault("TAPEJIT_TIER2", "off")
+
+
 def pytest_configure(config):
     """Under pytest-xdist (``-n N``), compile the sweeps ahead in N processes before the
     workers start.  Each worker would otherwise compile the same sweeps at the same time on

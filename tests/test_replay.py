@@ -13,6 +13,45 @@ from tapejit.numpy_mode import to_tensor
 
 from test_gradients import CASES
 
+# ---- both tiers ------------------------------------------------------------------------------
+# Every test runs on tier 1 and on tier 2 compiled before the first replay (a trace tier 2
+# does not fuse runs tier 1 both times); the every-op test runs tier 2 on one case per op.
+
+
+@pytest.fixture(autouse=True)
+def tier(request, monkeypatch):
+    tier = getattr(request, "param", "tier1")
+    monkeypatch.setenv("TAPEJIT_TIER2", "off" if tier == "tier1" else "sync")
+    return tier
+
+
+def pytest_generate_tests(metafunc):
+    if "tier" in metafunc.fixturenames and metafunc.function.__name__ not in _OWN_TIERS:
+        metafunc.parametrize("tier", ("tier1", "tier2"), indirect=True)
+
+
+def _with_tiers(cases):
+    """Every case on tier 1; on tier 2 too, the first case of each elementwise op (their
+    rules are inlined into tier 2's loops) and of every fourth other op (tier 2 calls the
+    same kernels as tier 1; each compiles into the trace's function, seconds apiece)."""
+    seen = set()
+    params = [pytest.param(*c.values, "tier1", marks=c.marks, id=c.id) for c in cases]
+    kernels = 0
+    for c in cases:
+        op = c.values[0]
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.kind == "kernel" and op.runs == "":
+            kernels += 1
+            if kernels % 4 != 1:
+                continue
+        params.append(pytest.param(*c.values, "tier2", marks=c.marks, id=f"{c.id}-tier2"))
+    return params
+
+
+_OWN_TIERS = {"test_replay_equals_eager_for_every_op"}
+
 
 def _perturbed(inputs, seed):
     """New inputs in the same domain: a relative change of at most 2% keeps signs, order and
@@ -54,8 +93,8 @@ def _refused_as_value_dependent(label, run):
     return True
 
 
-@pytest.mark.parametrize("op, label, fn, inputs", CASES)
-def test_replay_equals_eager_for_every_op(op, label, fn, inputs):
+@pytest.mark.parametrize("op, label, fn, inputs, tier", _with_tiers(CASES), indirect=["tier"])
+def test_replay_equals_eager_for_every_op(op, label, fn, inputs, tier):
     out = fn(tj, *[tj.from_numpy(x) for x in inputs])
     u = np.random.default_rng(len(label)).uniform(0.5, 1.5, size=tuple(out.shape))
     loss = _weighted(fn, u)

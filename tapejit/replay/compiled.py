@@ -29,6 +29,7 @@ import numpy as np
 from tapejit import dtypes, functional as F
 from tapejit.numpy_mode import from_tensor
 from tapejit import labels
+from tapejit.replay import tier2 as _tier2
 from tapejit.replay.frozen import Frozen, Stale
 from tapejit.replay.trace import Trace, refuse, tracing
 from tapejit.tape import state
@@ -186,9 +187,10 @@ class _Entry:
 class Compiled:
     """The result of ``tj.compile(fn)``; see the module docstring."""
 
-    def __init__(self, fn, max_traces=32):
+    def __init__(self, fn, max_traces=32, tier2=None):
         functools.update_wrapper(self, fn, updated=())   # a module's own __dict__ stays its own
         self.fn = fn
+        self.tier2 = _tier2.default_mode() if tier2 is None else _tier2.check_mode(tier2)
         self.functional = getattr(fn, "_tapejit_functional", None)
         self.traces = {}
         self.max_traces = max_traces
@@ -214,13 +216,17 @@ class Compiled:
     # ---- what it holds --------------------------------------------------------------------
 
     def stats(self):
-        """Traces, records per trace and bytes of buffers."""
+        """Traces, records per trace and bytes of buffers; per trace, the tier its last replay
+        ran (1, 2, or None before any) and tier 2's state (``tier2.py``): off, ineligible,
+        compiling, ready or failed, why, and its compile time in seconds."""
         entries = list(self.traces.values())
         return {"traces": len(entries),
                 "records": [e.frozen.records for e in entries],
                 "records_traced": [e.frozen.records_traced for e in entries],
                 "bytes": sum(e.frozen.nbytes for e in entries),
-                "batch": [e.batch_path for e in entries]}
+                "batch": [e.batch_path for e in entries],
+                "tier": [e.frozen.last_tier for e in entries],
+                "tier2": [e.frozen.tier2.stats() if e.frozen.tier2 is not None else None for e in entries]}
 
     # ---- calls ----------------------------------------------------------------------------
 
@@ -359,6 +365,8 @@ class Compiled:
                    "tensors, or detach() it.", name=trace.name)
         frozen = Frozen(trace, arg_of, output.roots)
         entry = _Entry(frozen, output)
+        if not output.differentiable:   # a differentiable call's replays run the sweeps (function.py)
+            _tier2.attach(frozen, self.tier2)
         entry.label_patches = [p for p in trace.label_patches if p.position in labels.patchable(trace)]
         if output.differentiable:
             from tapejit.replay.function import DifferentiableCall   # ~1.5 ms of start-up, for tj.grad only
@@ -413,6 +421,7 @@ class Compiled:
             output = _Output(trace, arg_of, aux)
         roots = output.roots + [(out._dtype.arena, out._off)]
         frozen = Frozen(trace, arg_of, roots)
+        _tier2.attach(frozen, self.tier2)
         # Where each differentiated argument's gradient is after a replay (absent: unused, zero).
         slots = {}
         for event in frozen.events:
@@ -485,25 +494,47 @@ def _one_array_call(entry, traced, kind):
     general path then finds or makes the trace)."""
     frozen = entry.frozen
     d, off, _, single, _, shapes, slots = entry.functional
-    if (not single or frozen._fast is None or frozen.live_loads or traced.dtype not in _FLOAT_KINDS
-            or any(e[0] == "call" for e in frozen.events)):
+    has_tier2 = frozen.tier2 is not None and frozen.tier2.state in ("compiling", "ready")
+    if (not single or (frozen._fast is None and not has_tier2) or frozen.live_loads
+            or traced.dtype not in _FLOAT_KINDS or any(e[0] == "call" for e in frozen.events)):
         return None
     shape, dtype = traced.shape, traced.dtype
     loads = [(vals_off, n) for _, vals_off, n, _ in frozen.arg_loads]
     vals, adj = frozen.tape.vals[d], frozen.tape.adj[d]
     grad_shape, grad_dtype = shapes[0]
     slot = slots.get(0)
-    replay, args, lock = frozen.sweeps.replay, frozen._fast_args, frozen.lock
+    replay, lock = frozen.sweeps.replay, frozen.lock
+    args = frozen._fast_args if frozen._fast is not None else None
     value_only = kind == "value_and_grad"
 
     def call(x):
         if x.shape != shape or x.dtype != dtype or state.trace is not None:
             return None
+        tier2 = frozen.tier2_call
+        if tier2 is None and args is None:
+            return None     # tier 1 runs run by run (large arrays): the general path
         with lock:
             flat = x.reshape(-1)
-            for at, n in loads:
-                vals[at:at + n] = flat
-            frozen.check(replay(*args))
+            if tier2 is not None and not tier2.small:   # reads x in place, writes the gradient to a new array
+                for _, at, n, _ in tier2.copied:
+                    vals[at:at + n] = flat
+                outs = tier2.fresh_outs()
+                frozen.check(tier2.fn((_tier2.plain(flat, dtype),) * len(tier2.direct_in), outs))
+                frozen.last_tier = 2
+                k = None if slot is None else tier2.out_of.get(slot[1])
+                if k is not None:
+                    value = float(vals[off])
+                    g = outs[k].reshape(grad_shape)
+                    return (value, g) if value_only else g
+            else:
+                for at, n in loads:
+                    vals[at:at + n] = flat
+                if tier2 is not None:
+                    frozen.check(tier2.fn(tier2.arena_ins, tier2.arena_outs))
+                    frozen.last_tier = 2
+                else:
+                    frozen.check(replay(*args))
+                    frozen.last_tier = 1
             value = float(vals[off])
             if slot is None:
                 g = np.zeros(grad_shape, grad_dtype)
@@ -581,13 +612,17 @@ class _Index(int):
 
 
 
-def compile(fn=None, *, max_traces=32):
+def compile(fn=None, *, max_traces=32, tier2=None):
     """``tj.compile(fn)``, ``@tj.compile`` or ``@tj.compile(max_traces=...)``: see
-    ``tapejit.replay.compiled``.  ``max_traces`` bounds the signatures kept per function."""
+    ``tapejit.replay.compiled``.  ``max_traces`` bounds the signatures kept per function;
+    ``tier2``: True compiles each trace's fused function in the background (``tier2.py``),
+    ``"sync"`` before its first replay, False never (default: ``$TAPEJIT_TIER2``, else True)."""
     if not isinstance(max_traces, int) or max_traces < 1:
         raise ValueError(f"tj.compile: max_traces must be a positive int, got {max_traces!r}")
+    if tier2 is not None:
+        _tier2.check_mode(tier2)
     if fn is None:
-        return functools.partial(compile, max_traces=max_traces)
+        return functools.partial(compile, max_traces=max_traces, tier2=tier2)
     if isinstance(fn, Compiled):
         return fn
-    return Compiled(fn, max_traces)
+    return Compiled(fn, max_traces, tier2)

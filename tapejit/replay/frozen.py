@@ -135,6 +135,10 @@ class Frozen:
         # Large arrays replay run by run, as eager mode does (tapejit/executor.py): chunk by
         # chunk, on every thread, with the vectorized backward loops.
         self._fast = None if executor.has_runs(tape) else self._fast_path()
+        # Tier 2 (tier2.py): its compiled call once ready, else None; which tier ran last.
+        self.tier2 = None
+        self.tier2_call = None
+        self.last_tier = None
         self.sweeps = sweeps()
         d = self.arena
         if self._fast is not None:
@@ -190,10 +194,11 @@ class Frozen:
 
     # ---- one replay -----------------------------------------------------------------------
 
-    def refresh(self, inputs):
-        """Copy the arguments (``inputs``: arrays by argument index) and live tensors in."""
+    def refresh(self, inputs, arg_loads=None):
+        """Copy the arguments (``inputs``: arrays by argument index; those of ``arg_loads``,
+        default all) and live tensors in."""
         vals = self.tape.vals
-        for d, off, n, arg in self.arg_loads:
+        for d, off, n, arg in self.arg_loads if arg_loads is None else arg_loads:
             value = inputs[arg]
             if n == 1:
                 vals[d][off] = value.item() if value.ndim else value[()]
@@ -213,12 +218,24 @@ class Frozen:
         """One replay.  ``leaves[i]``: the tensor argument ``i`` whose ``.grad`` receives its
         gradient; with ``leaves=None`` gradients stay in the adjoint buffers (functional forms
         read them from there)."""
-        self.refresh(inputs)
-        fast = self._fast is not None
-        if fast:    # forward, seed and backward in one compiled call
+        tier2 = self.tier2_call
+        fast = self._fast is not None or tier2 is not None
+        if tier2 is not None:   # the trace's own fused function (tier2.Call)
+            if tier2.small:
+                self.refresh(inputs)
+                self.check(tier2.fn(tier2.arena_ins, tier2.arena_outs))
+            else:               # large arguments are read in place
+                self.refresh(inputs, tier2.copied)
+                self.check(tier2.fn(tier2.inputs(inputs), tier2.arena_outs))
+            self.last_tier = 2
+        elif fast:    # forward, seed and backward in one compiled call
+            self.refresh(inputs)
             self.check(self.sweeps.replay(*self._fast_args))
+            self.last_tier = 1
         else:
+            self.refresh(inputs)
             self.tape._run_forward(0, self.tape.nrec)
+            self.last_tier = 1
         for event in self.events:
             if event[0] == "call":
                 event[1](*event[2])

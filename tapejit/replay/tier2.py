@@ -1,0 +1,384 @@
+"""Replay tier 2: compiling a trace's fused function without making its caller wait.
+
+``attach(frozen, mode)`` runs when a trace is frozen.  It asks ``fused.py`` for the
+trace's source; a trace it cannot fuse stays on tier 1 (``Tier2.state == "ineligible"``,
+with the reason).  The source is saved in the cache folder, ``tier2/t2_<key>.py``, where
+``key`` hashes its text (so the trace's structure, the registry hash and the dtype), and
+Numba caches what it compiles from it in ``tier2/__pycache__`` beside it; a file
+``t2_<key>.ok`` there says the compiled entry points are in that cache (for this Numba
+version and CPU).
+
+``mode=True`` (the default): a separate process, ``python -m tapejit.replay.tier2
+<file> <dtype>``, compiles it at a low priority and writes Numba's cache; a thread of the
+caller's waits for it and loads the compiled functions (a cache load, no compile).  Until
+then every replay runs tier 1, and the replay after the load runs tier 2: the caller polls
+nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second process
+finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
+``mode="sync"`` compiles in the calling thread before the first replay (tests);
+``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
+"""
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tapejit import _numba_load, chunked
+from tapejit.replay import fused
+
+_ENV = "TAPEJIT_TIER2"
+#: from this many argument and gradient elements on, tier 2 reads arguments and writes
+#: their gradients in place (``Call``); below, through the arena
+DIRECT_ELEMENTS = 1 << 15
+_jobs = {}                   # key -> _Job: one compile per key and process
+_jobs_lock = threading.Lock()
+_pool = [None, 0]            # a ThreadPoolExecutor for the threaded loop, and its workers
+_queue = []                  # (job, source, dtype) waiting for the background worker
+_worker = [False]            # whether the worker thread is running
+
+
+def _forked():
+    """A forked child has none of the parent's threads: no worker, no thread pool, and the
+    parent's compiles in progress never finish here (their traces stay on tier 1)."""
+    global _jobs_lock
+    _jobs_lock = threading.Lock()     # a parent's thread may have held it at the fork
+    _worker[0] = False
+    _queue.clear()
+    _jobs.clear()
+    _pool[:] = [None, 0]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def default_mode():
+    """``TAPEJIT_TIER2``: ``off``/``0`` keeps tier 1, ``sync`` compiles before the first replay."""
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return False
+    if value == "sync":
+        return "sync"
+    return True
+
+
+def check_mode(mode):
+    if mode not in (True, False, "sync"):
+        raise ValueError(f"tj.compile: tier2 must be True, False or 'sync', got {mode!r}")
+    return mode
+
+
+class Tier2:
+    """Tier 2's state for one frozen trace (``stats()`` reports it)."""
+    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "__weakref__")
+
+    def __init__(self, state, reason=None):
+        self.state = state       # off | ineligible | compiling | ready | failed
+        self.reason = reason
+        self.key = None
+        self.plan = None
+        self.frozen = None
+        self.seconds = None      # from the trace to tier 2 loaded
+        self.cached = None       # whether it was loaded from the disk cache, with no compile
+
+    def stats(self):
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.cached}
+
+    def ready(self, module, seconds, cached):
+        """The compiled functions are loaded: later replays of ``frozen`` run them."""
+        frozen = self.frozen
+        self.seconds = seconds
+        self.cached = cached
+        if frozen is None:
+            return
+        self.frozen = None       # the trace keeps this object, not the reverse
+        frozen.tier2_call = Call(module, self.plan, frozen)
+        self.state = "ready"
+
+    def failed(self, reason):
+        self.state = "failed"
+        self.reason = reason
+        self.frozen = None
+
+
+class _Job:
+    """One compile (or cache load) of a generated module, shared by traces of one key."""
+
+    def __init__(self, key):
+        self.key = key
+        self.module = None
+        self.error = None
+        self.seconds = None
+        self.cached = None
+        self.waiting = []
+        self.lock = threading.Lock()
+
+    def add(self, tier2):
+        with self.lock:
+            if self.module is None and self.error is None:
+                self.waiting.append(tier2)
+                return
+        self._tell(tier2)
+
+    def _tell(self, tier2):
+        if self.module is not None:
+            tier2.ready(self.module, self.seconds, self.cached)
+        else:
+            tier2.failed(self.error)
+
+    def finish(self, module=None, error=None, seconds=None, cached=None):
+        with self.lock:
+            self.module, self.error, self.seconds, self.cached = module, error, seconds, cached
+            waiting, self.waiting = self.waiting, []
+        for tier2 in waiting:
+            self._tell(tier2)
+
+
+def attach(frozen, mode):
+    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``."""
+    if mode is False:
+        frozen.tier2 = Tier2("off", "tier2=False")
+        return
+    try:
+        plan, source = fused.generate(frozen)
+    except fused.Ineligible as e:
+        frozen.tier2 = Tier2("ineligible", str(e))
+        return
+    tier2 = Tier2("compiling")
+    tier2.plan = plan
+    tier2.key = fused.key(source)
+    tier2.frozen = frozen
+    frozen.tier2 = tier2
+    with _jobs_lock:
+        job = _jobs.get(tier2.key)
+        new = job is None
+        if new:
+            job = _jobs[tier2.key] = _Job(tier2.key)
+    job.add(tier2)
+    if not new:
+        return
+    if mode == "sync":
+        _build(job, source, plan.dtype.name, in_process=True)
+        return
+    with _jobs_lock:
+        _queue.append((job, source, plan.dtype.name))
+        if not _worker[0]:
+            _worker[0] = True
+            threading.Thread(target=_work, name="tapejit-tier2", daemon=True).start()
+
+
+def _work():
+    """The background worker: one compile at a time, oldest first (a loop tracing many
+    signatures must not start a compiling process for each at once)."""
+    while True:
+        with _jobs_lock:
+            if not _queue:
+                _worker[0] = False
+                return
+            job, source, dtype = _queue.pop(0)
+        _build(job, source, dtype, in_process=False)
+
+
+def _folder():
+    return _numba_load.private_dir(os.path.join(_numba_load.cache_dir(), "tier2"))
+
+
+def _build(job, source, dtype, in_process):
+    """Write the module, compile it (here or in a child process) unless the cache has it,
+    and load it; tells the job's traces."""
+    start = time.perf_counter()
+    try:
+        folder = _folder()
+        _numba_load.private_dir(os.path.join(folder, "__pycache__"))
+        path = os.path.join(folder, f"t2_{job.key}.py")
+        marker = path[:-3] + ".ok"
+        text = source.encode()
+        try:
+            with open(path, "rb") as f:
+                current = f.read()
+        except OSError:
+            current = None
+        if current != text:
+            # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
+            try:
+                os.unlink(marker)
+            except OSError:
+                pass
+            _numba_load.write_atomically(path, text)
+        stamp = _machine_stamp()
+        try:
+            with open(marker, "rb") as f:
+                cached = f.read() == stamp
+        except OSError:
+            cached = False
+        if not cached and not in_process:
+            _compile_in_child(path, dtype)
+        module = _load(path, dtype)
+        if not cached:
+            _numba_load.write_atomically(marker, stamp)
+    except Exception as e:   # tier 1 goes on; stats() says why
+        job.finish(error=f"{type(e).__name__}: {e}")
+        if in_process:
+            raise
+        _numba_load.warn_once("tier2 failed", f"tapejit: tj.compile's tier 2 could not compile a trace "
+                                              f"({type(e).__name__}: {e}); its replays stay on tier 1.")
+        return
+    job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
+
+
+def _machine_stamp():
+    """What Numba's cached code depends on beyond the file: its version and the CPU it was
+    compiled for.  A marker written elsewhere (a cache folder shared by two machines) sends
+    the compile to a child process again, never into this process's background thread."""
+    import numba
+    from llvmlite import binding
+    features = hashlib.sha256(binding.get_host_cpu_features().flatten().encode()).hexdigest()[:16]
+    return f"numba {numba.__version__} {binding.get_host_cpu_name()} {features}\n".encode()
+
+
+def _compile_in_child(path, dtype):
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(fused.__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["TAPEJIT_CACHE_DIR"] = _numba_load.cache_dir()
+    proc = subprocess.run([sys.executable, "-m", "tapejit.replay.tier2", path, dtype], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"the compiling process exited with {proc.returncode}: {' | '.join(tail)}")
+
+
+def _signatures(module, dtype):
+    from numba import types
+    dt = types.float64 if dtype == "float64" else types.float32
+    arr = types.Array(dt, 1, "C")
+    wide = types.Array(types.float64, 2, "C")
+    ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
+    outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
+    sigs = {"run": (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr,
+                    ins, outs)}
+    if hasattr(module, "part"):
+        sigs["prologue"] = (arr, arr, arr, arr, ins, outs)
+        sigs["part"] = (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64)
+        sigs["epilogue"] = (arr, arr, arr, ins, outs, wide)
+    return sigs
+
+
+def _load(path, dtype):
+    """Import the generated module and compile (or load from Numba's cache) its entry points."""
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(f"{_numba_load.GENERATED_PACKAGE}.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    for fn_name, sig in _signatures(module, dtype).items():
+        dispatcher = getattr(module, fn_name)
+        dispatcher.compile(sig)
+        # A call with other argument types must never compile in the caller's thread: the
+        # arrays are made to match (Call.inputs), so a mismatch is a bug and raises.
+        dispatcher.disable_compile()
+    return module
+
+
+def plain(a, dtype):
+    """``a`` flattened as the compiled functions' array type: C-contiguous, writeable,
+    aligned, of the arena's dtype (a copy only when it is not already)."""
+    if (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+            and a.flags.aligned):
+        return a.reshape(-1)
+    return np.array(a, dtype=dtype).reshape(-1)
+
+
+class Call:
+    """A frozen trace's tier-2 replay: ``fn(ins, outs)`` runs it, reading the arguments
+    ``direct_in`` from arrays ``ins`` and writing the gradients ``direct_out`` to ``outs``
+    (``arena_outs``: their slots in the adjoint arena, where tier 1 leaves them)."""
+    __slots__ = ("fn", "dtype", "direct_in", "copied", "out_of", "arena_ins", "arena_outs", "out_sizes",
+                 "small")
+
+    def __init__(self, module, plan, frozen):
+        tape = frozen.tape
+        d = plan.arena
+        fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                               plan.seed_values)
+        args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
+        self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
+        self.dtype = plan.dtype
+        self.direct_in = [arg for _, _, arg in plan.direct_in]
+        direct = {off for off, _, _ in plan.direct_in}
+        self.copied = [load for load in frozen.arg_loads if load[1] not in direct or load[0] != d]
+        self.out_of = {off: k for k, (off, _, _) in enumerate(plan.direct_out)}
+        self.arena_ins = tuple(tape.vals[d][off:off + n] for off, n, _ in plan.direct_in)
+        self.arena_outs = tuple(tape.adj[d][off:off + n] for off, n, _ in plan.direct_out)
+        self.out_sizes = [n for _, n, _ in plan.direct_out]
+        # Small arrays go through the arena as on tier 1 (arena_ins, arena_outs): copying them
+        # costs less than making the tuples of arrays and the results' arrays per call.
+        self.small = sum(n for _, n, _ in plan.direct_in) + sum(self.out_sizes) < DIRECT_ELEMENTS
+
+    def inputs(self, values):
+        return tuple([plain(values[arg], self.dtype) for arg in self.direct_in])
+
+    def fresh_outs(self):
+        return tuple([np.empty(n, self.dtype) for n in self.out_sizes])
+
+
+def _threaded(module, plan, args, serial):
+    """The replay of a one-group trace whose loop is long: blocks of the loop on
+    ``tj.get_num_threads()`` threads (the functions release the GIL).  Blocks whose
+    gradient writes overlap (slices at different starts) run in two waves, even blocks
+    then odd ones; each block's sums go to its row of ``partial``, added in block order."""
+    v, g, floats, seed_vals = args
+    m = plan.groups[0].m
+    lo, hi = plan.spans()
+    overlap = hi > lo
+    columns = max(1, len(plan.accumulators()))
+    prologue, part, epilogue = module.prologue, module.part, module.epilogue
+    partials = {}
+
+    def call(ins, outs):
+        threads = chunked.THREADS
+        if threads == 1:
+            return serial(ins, outs)
+        blocks = 2 * threads if overlap else threads
+        if m // blocks <= hi - lo:
+            return serial(ins, outs)   # blocks two apart would write the same gradient elements
+        partial = partials.get(blocks)
+        if partial is None:
+            partial = partials[blocks] = np.zeros((blocks, columns))
+        if _pool[1] < threads - 1:
+            _pool[:] = [ThreadPoolExecutor(threads - 1, thread_name_prefix="tapejit-tier2"), threads - 1]
+        pool = _pool[0]
+        prologue(v, g, floats, seed_vals, ins, outs)
+        bounds = [m * k // blocks for k in range(blocks + 1)]
+        waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
+        for wave in waves:
+            first, *others = wave
+            futures = [pool.submit(part, v, g, floats, ins, outs, bounds[k], bounds[k + 1], partial, k)
+                       for k in others]
+            part(v, g, floats, ins, outs, bounds[first], bounds[first + 1], partial, first)
+            for f in futures:
+                f.result()
+        return epilogue(v, g, floats, ins, outs, partial)
+    return call
+
+
+def _main(argv):
+    """The compiling process: ``python -m tapejit.replay.tier2 <file> <dtype>``."""
+    try:
+        os.nice(19)     # the lowest priority: the caller's replays come first
+    except (AttributeError, OSError):
+        pass
+    path, dtype = argv
+    _load(path, dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
