@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tapejit import _numba_load, chunked
+from tapejit import _numba_load, executor
 from tapejit.replay import fused
 
 _ENV = "TAPEJIT_TIER2"
@@ -343,7 +343,7 @@ def _threaded(module, plan, args, serial):
     partials = {}
 
     def call(ins, outs):
-        threads = chunked.THREADS
+        threads = executor.THREADS
         if threads == 1:
             return serial(ins, outs)
         blocks = 2 * threads if overlap else threads
