@@ -621,7 +621,7 @@ def _rosen(x):
     return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
 
 
-def test_batch_equals_a_loop_of_single_replays(batch_path):
+def test_batch_equals_a_loop_of_single_replays(batch_path, tier):
     f = tj.compile(tj.value_and_grad(_rosen))
     xs = np.random.default_rng(0).uniform(-2, 2, (257, 6))
     values, grads = f.batch(xs)
@@ -629,8 +629,12 @@ def test_batch_equals_a_loop_of_single_replays(batch_path):
     assert values.shape == (257,) and grads.shape == (257, 6)
     for i in range(0, 257, 16):
         v, g = f(xs[i])
-        assert values[i] == v
-        np.testing.assert_array_equal(grads[i], g)
+        if tier == "tier1":     # the same records in the same order: the same bits
+            assert values[i] == v
+            np.testing.assert_array_equal(grads[i], g)
+        else:                   # tier 2's fused loop adds the sum's terms in another order
+            np.testing.assert_allclose(values[i], v, rtol=1e-15)
+            np.testing.assert_allclose(grads[i], g, rtol=1e-15)
 
 
 def test_batch_of_grad_with_several_arguments_and_forward_only_functions(batch_path):
