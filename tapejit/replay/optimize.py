@@ -48,12 +48,15 @@ def optimize(tape, rec, live):
         return rec
     sizes = [len(v) for v in tape.vals]
     reads = _reads(rec, tape.ints, sizes)
-    rows, changed = _common_subexpressions(rec.tolist(), tape, live, reads)
-    if changed:
-        reads = _reads(np.array(rows, np.int64), tape.ints, sizes)
+    rows, changed = rec.tolist(), False
+    if _may_repeat(rec, tape.floats):
+        rows, changed = _common_subexpressions(rows, tape, live, reads)
+        if changed:
+            rec = np.array(rows, np.int64)
+            reads = _reads(rec, tape.ints, sizes)
     new_ints = []
     base = tape.nints + len(tape.pints)
-    rows = _fuse_sums(rows, live, reads, new_ints, base)
+    rows = _fuse_sums(rows, _sum_roles(rec), live, reads, new_ints, base)
     rows = _fuse_stack_softmax(rows, tape.ints, live, reads, new_ints, base)
     if new_ints:
         tape.add_int_array(np.array(new_ints, np.int64))
@@ -172,22 +175,70 @@ def _common_subexpressions(rows, tape, live, reads):
     return kept, bool(moved)
 
 
+def _may_repeat(rec, floats):
+    """Whether two elementwise records of ``rec`` have the same key (``_common_subexpressions``
+    finds the rest, the repeats its rewiring makes): a NumPy test that spares most traces
+    the Python walk."""
+    kind, nconst = _tables()[:2]
+    ops = rec[:, 0] >> 1
+    rows = np.flatnonzero(kind[ops] != 0)
+    if len(rows) < 2:
+        return False
+    r = rec[rows]
+    k = kind[ops[rows]]
+    n = nconst[ops[rows]]
+    d = r[:, 0] & 1
+    c0, c1 = r[:, 5].copy(), np.zeros(len(r), np.int64)
+    for arena in (0, 1):   # a unary op's constants by value (bits), not by their index in floats
+        has = (k == 1) & (n > 0) & (d == arena)
+        c0[has] = floats[arena][r[has, 5]].astype(np.float64).view(np.int64)
+        two = has & (n > 1)
+        c1[two] = floats[arena][r[two, 5] + 1].astype(np.float64).view(np.int64)
+    keys = np.stack([r[:, 0], r[:, 2], np.where(k == 2, r[:, 3], 0), r[:, 4], c0, c1], 1)
+    return len(np.unique(keys, axis=0)) < len(keys)
+
+
+_TABLES = None
+
+
+def _tables():
+    """Per opcode: 1 unary / 2 binary / 0 other, the number of constants, and 1 for an add
+    (binary, add's rule) / 2 for an add of a constant (add_scalar's rule) / 0."""
+    global _TABLES
+    if _TABLES is None or len(_TABLES[0]) != len(registry.OPS):
+        kind = np.array([{"unary": 1, "binary": 2}.get(op.kind, 0) for op in registry.OPS], np.int64)
+        nconst = np.array([op.nconst for op in registry.OPS], np.int64)
+        role = np.array([1 if op.kind == "binary" and op.value is ADD.value else
+                         2 if op.kind == "unary" and op.value is ADD_SCALAR.value else 0
+                         for op in registry.OPS], np.int64)
+        _TABLES = (kind, nconst, role)
+    return _TABLES
+
+
+def _sum_roles(rec):
+    """Per record: 1 an add that may join a chain (same shapes, small), 2 an add of a
+    constant that may start one, 0 neither."""
+    role = _tables()[2][rec[:, 0] >> 1]
+    role[(rec[:, 4] >= _SMALL) | ((role == 1) & (rec[:, 5] != 0))] = 0
+    return role.tolist()
+
+
 def _single_read(reads, live, d, slot):
     return reads.count[d][slot] == 1 and not reads.listed[d][slot] and (d, slot) not in live
 
 
-def _fuse_sums(rows, live, reads, new_ints, base):
-    """Chains of adds (see the module docstring) as ``add_n`` records."""
-    ops = registry.OPS
-    add_value, add_scalar_value = ADD.value, ADD_SCALAR.value
+def _fuse_sums(rows, roles, live, reads, new_ints, base):
+    """Chains of adds (see the module docstring) as ``add_n`` records; ``roles``: ``_sum_roles``."""
     result = []
     chain = None   # the open chain: _Chain, its last record being result[-1]
-    for row in rows:
+    for row, role in zip(rows, roles):
+        if role == 0:
+            chain = None
+            result.append(row)
+            continue
         code, out, a, b, p, q = row
-        op = ops[code >> 1]
         d = code & 1
-        adds = op.kind == "binary" and op.value is add_value and q == 0 and p < _SMALL
-        if (adds and chain is not None and chain.at == len(result) - 1 and chain.arena == d
+        if (role == 1 and chain is not None and chain.at == len(result) - 1 and chain.arena == d
                 and chain.n == p and _decode(a) == chain.out and _single_read(reads, live, d, chain.out)):
             if a < 0:   # the sum so far takes no gradient here: nor do its terms through it
                 chain.operands = [~_decode(x) for x in chain.operands]
@@ -195,12 +246,7 @@ def _fuse_sums(rows, live, reads, new_ints, base):
             chain.out = out
             result[-1] = [ADD_N.opcode << 1 | d, out, -1, -1, chain, chain.const]   # p: below
             continue
-        if adds:
-            chain = _Chain(len(result), d, out, p, [a, b], -1)
-        elif op.kind == "unary" and op.value is add_scalar_value and p < _SMALL:
-            chain = _Chain(len(result), d, out, p, [a], q)
-        else:
-            chain = None
+        chain = _Chain(len(result), d, out, p, [a, b] if role == 1 else [a], -1 if role == 1 else q)
         result.append(row)
     for row in result:
         if type(row[4]) is _Chain:
