@@ -6,7 +6,8 @@ signature.  In these groups the row ``tapejit`` is the replay: its trace is made
 timing, and every timed call must replay (the test checks that the compiled function
 still holds exactly one trace afterwards).  ``tapejit_eager`` is tapejit's eager API,
 ``interpreter`` the hand-written tape interpreter of ``interpreter.py`` run on the
-replay's own arrays, ``c_interpreter`` the C switch interpreter of ``c_interpreter.py`` over
+replay's own arrays, ``tapejit_recorded`` the replay of the trace as recorded (without the
+frozen-tape optimisation of ``tapejit/replay/optimize.py``), ``c_interpreter`` the C switch interpreter of ``c_interpreter.py`` over
 one record per source-level op of workload A (skipped without a C compiler).  The other peers run as in ``test_core.py``/``test_mlp.py``.
 
 Every row is checked before it is timed, and its timed result again after:
@@ -32,7 +33,7 @@ import workloads as W
 from interpreter import Interpreter, op_names
 
 A_REPLAY_SIZES = (1_000, 10_000)
-A_REPLAY_PEERS = ("tapejit", "interpreter", "c_interpreter", "torch", "jax")
+A_REPLAY_PEERS = ("tapejit", "tapejit_recorded", "interpreter", "c_interpreter", "torch", "jax")
 #: JAX compiles a 10,000-op scalar graph in about 4 minutes (as in test_core.py)
 JAX_A_10K = os.environ.get("TAPEJIT_BENCH_JAX_10K") == "1"
 JAX_A_10K_REASON = ("JAX compiles the 10,000-op scalar graph in minutes; "
@@ -55,6 +56,7 @@ BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
 
 #: row (the ``peer`` parameter) -> the peer library it needs
 ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit", "c_interpreter": "tapejit",
+               "tapejit_recorded": "tapejit",
                "torch": "torch", "jax": "jax", "numpy": "numpy"}
 
 
@@ -164,7 +166,7 @@ def check_c_interpreter(compiled, x, n_ops):
 
 @pytest.mark.parametrize("n_ops", A_REPLAY_SIZES)
 @pytest.mark.parametrize("peer", A_REPLAY_PEERS)
-def test_scalar_graph_replay(peer, benchmark, n_ops):
+def test_scalar_graph_replay(peer, benchmark, n_ops, monkeypatch):
     """``x -> (value, input gradients)`` of workload A.  tapejit replays its trace;
     the interpreter runs the same frozen arrays, the C interpreter one record per
     source-level op; torch records and sweeps every call;
@@ -180,6 +182,9 @@ def test_scalar_graph_replay(peer, benchmark, n_ops):
         grads = grads_of(benchmark(step))
         assert grads.shape == (W.N_INPUTS,) and np.isfinite(grads[~np.isnan(grads)]).all()
         return
+    if peer == "tapejit_recorded":   # the trace replayed as recorded: no frozen-tape optimisation
+        from tapejit.replay import optimize
+        monkeypatch.setattr(optimize, "enabled", False)
     compiled, x, want = check_replay(n_ops)
     records = compiled.stats()["records"][0]
     if peer == "interpreter":
