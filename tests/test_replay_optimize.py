@@ -162,3 +162,29 @@ def test_a_sum_read_midway_is_not_fused(monkeypatch):
     np.testing.assert_array_equal(s1.detach().numpy(), [1.5, -1.0])
     np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])    # torch: 2 * 2 + 1
     np.testing.assert_array_equal(y.grad.numpy(), [5.0, 5.0])    # torch: 2 * 2 + 1
+
+
+def test_noise_arguments_with_equal_values_stay_apart():
+    """Random numbers reach a trace as arguments (random ops are refused): two noise tensors
+    equal at the trace are different slots, so ``x + n1`` and ``x + n2`` are not merged and
+    a replay with new noise gives torch's value."""
+    torch = pytest.importorskip("torch")
+
+    @tj.compile
+    def noisy(x, n1, n2):
+        loss = ((x + n1) * (x + n2)).sum()
+        loss.backward()
+        return loss
+
+    x = tj.tensor([0.5, -1.0], requires_grad=True)
+    same = np.array([0.25, 0.25])
+    noisy(x, tj.tensor(same), tj.tensor(same))
+    n1, n2 = np.array([0.1, -0.2]), np.array([1.5, 0.3])
+    x.grad = None
+    loss = noisy(x, tj.tensor(n1), tj.tensor(n2))
+    assert _names(noisy)["add"] == 2
+    xt = torch.tensor([0.5, -1.0], requires_grad=True)
+    want = ((xt + torch.tensor(n1)) * (xt + torch.tensor(n2))).sum()
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-15)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-15)
