@@ -3,8 +3,8 @@
 SPEC.md section 5 asks that replaying workload A's traced tape runs within 1.5x of a
 hand-written tape interpreter on the same flat arrays.  ``interpret`` is that
 interpreter, compiled by Numba (LLVM, like C at -O3): one ``for`` loop over the records
-forward and one backward, an ``if op == ...`` chain over the eight opcodes workload A's
-trace contains, nothing else.  It reads and writes the frozen trace's own arrays
+forward and one backward, an ``if op == ...`` chain over the opcodes workload A's trace
+contains (``OPS``), nothing else.  It reads and writes the frozen trace's own arrays
 (``tape.rec``, ``tape.vals[0]``, ``tape.adj[0]``, ``tape.ints``, ``tape.floats[0]``),
 so it does exactly the work the replay does, minus what makes tapejit general: the
 per-slot flags that let the backward sweep skip unreached records and write (not add)
@@ -24,8 +24,10 @@ Numba's on-disk cache would keep stale constants if tapejit renumbered its ops.
 import numpy as np
 from numba import njit
 
-#: the ops of workload A's frozen trace, in the order of ``interpret``'s ``ops`` argument
-OPS = ("load", "unbind", "softplus", "add_scalar", "add", "mul", "stack", "softmax")
+#: the ops of workload A's frozen trace, in the order of ``interpret``'s ``ops`` argument:
+#: ``add_n`` and ``stack_softmax`` are what tj.compile's frozen-tape optimisation
+#: (tapejit/replay/optimize.py) makes of the sums and of the softmaxes of stacked scalars
+OPS = ("load", "unbind", "softplus", "add_scalar", "add", "mul", "stack", "softmax", "add_n", "stack_softmax")
 
 
 def opcodes():
@@ -68,7 +70,7 @@ def interpret(rec, n, v, g, ints, floats, x, root, ops):
     """Forward over ``rec[:n]`` (filling ``v``), then backward from ``root`` (into
     ``g``).  ``x`` goes into the load's slots.  Returns -1, or the index of a
     record with an opcode not in ``ops`` (then nothing after it ran)."""
-    LOAD, UNBIND, SOFTPLUS, ADD_SCALAR, ADD, MUL, STACK, SOFTMAX = ops
+    LOAD, UNBIND, SOFTPLUS, ADD_SCALAR, ADD, MUL, STACK, SOFTMAX, ADD_N, STACK_SOFTMAX = ops
     # ---- forward
     for r in range(n):
         op = rec[r, 0] >> 1
@@ -135,6 +137,33 @@ def interpret(rec, n, v, g, ints, floats, x, root, ops):
                         s += np.exp(v[a + base + j * inner] - m)
                     for j in range(length):
                         v[out + base + j * inner] = np.exp(v[a + base + j * inner] - m) / s
+        elif op == ADD_N:                # ints[p:]: k, n, operand * k; q: floats index of a start, or -1
+            k = ints[p]
+            for i in range(ints[p + 1]):
+                src = ints[p + 2]
+                s = v[(~src if src < 0 else src) + i]
+                if q >= 0:
+                    s = floats[q] + s
+                for j in range(1, k):
+                    src = ints[p + 2 + j]
+                    s = s + v[(~src if src < 0 else src) + i]
+                v[out + i] = s
+        elif op == STACK_SOFTMAX:        # ints[p:]: k, 1, (operand, n) * k; softmax along the k
+            k = ints[p]
+            length = ints[p + 3]
+            for i in range(length):
+                src = ints[p + 2]
+                m = v[(~src if src < 0 else src) + i]
+                for j in range(1, k):
+                    src = ints[p + 2 + 2 * j]
+                    m = max(m, v[(~src if src < 0 else src) + i])
+                s = 0.0
+                for j in range(k):
+                    src = ints[p + 2 + 2 * j]
+                    s += np.exp(v[(~src if src < 0 else src) + i] - m)
+                for j in range(k):
+                    src = ints[p + 2 + 2 * j]
+                    v[out + j * length + i] = np.exp(v[(~src if src < 0 else src) + i] - m) / s
         elif op == LOAD:                 # the argument: q values
             for i in range(q):
                 v[out + i] = x[i]
@@ -220,6 +249,28 @@ def interpret(rec, n, v, g, ints, floats, x, root, ops):
                         for j in range(length):
                             at = base + j * inner
                             g[a + at] += v[out + at] * (g[out + at] - s)
+        elif op == ADD_N:
+            for j in range(ints[p]):
+                src = ints[p + 2 + j]
+                if src >= 0:
+                    for i in range(ints[p + 1]):
+                        g[src + i] += g[out + i]
+        elif op == STACK_SOFTMAX:        # as tapejit's kernel: each input's gradient over the result's adjoint
+            k = ints[p]
+            length = ints[p + 3]
+            for i in range(length):
+                s = 0.0
+                for j in range(k):
+                    at = out + j * length + i
+                    s += g[at] * v[at]
+                for j in range(k):
+                    at = out + j * length + i
+                    g[at] = v[at] * (g[at] - s)
+            for j in range(k):
+                src = ints[p + 2 + 2 * j]
+                if src >= 0:
+                    for i in range(length):
+                        g[src + i] += g[out + j * length + i]
         elif op == LOAD:
             pass
         else:

@@ -24,13 +24,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import targets as T
 
 #: column order of the ratio table; peers not listed here follow in the order seen
-PEER_ORDER = ("tapejit", "tapejit_eager", "interpreter", "torch", "jax", "autograd", "numpy", "scipy",
-              "python")
+PEER_ORDER = ("tapejit", "tapejit_recorded", "tapejit_eager", "interpreter", "c_interpreter", "torch", "jax",
+              "autograd", "numpy", "scipy", "python")
 PEER_NOTES = {
     "tapejit_eager": ("tapejit_eager: tapejit's eager API, in the replay groups, where `tapejit` is the "
                       "`tj.compile` replay"),
     "interpreter": ("interpreter: a hand-written tape interpreter (Numba) on the replay's own arrays "
                     "(`bench/interpreter.py`)"),
+    "tapejit_recorded": ("tapejit_recorded: the `tj.compile` replay of the trace as recorded, without the "
+                         "frozen-tape optimisation (`tapejit/replay/optimize.py`)"),
+    "c_interpreter": ("c_interpreter: a C switch interpreter (`cc -O3`) over one record per source-level op "
+                      "of workload A (`bench/c_interpreter.c`)"),
     "jax": "jax: `jax.jit` compiled ahead of time, run times only (compile times below)",
     "autograd": "autograd: HIPS autograd, traced in Python every call",
     "numpy": "numpy: the hand-written NumPy gradient (B, C), no autograd at all",

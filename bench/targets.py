@@ -104,6 +104,8 @@ TARGETS = (
              row=f"tapejit example={i}") for i, line, _ in readme_examples()),
     Target(GROUP_A_REPLAY.format(n=10_000), "slowdown", "interpreter", 1.5,
            "replay within 1.5x of a hand-written tape interpreter on the same arrays"),
+    Target(GROUP_A_REPLAY.format(n=10_000), "slowdown", "c_interpreter", 1.5,
+           "replay within 1.5x of a C switch interpreter over one record per source-level op (issue 19)"),
     Target(GROUP_A_FIRST_CALL, "seconds", "tapejit", 0.5, "first call (trace) < 0.5 s, warm Numba cache"),
     Target(GROUP_B_TINY_REPLAY, "slowdown", "jax", 1.0, "replayed step no slower than jax.jit"),
     Target(GROUP_B_MNIST_REPLAY, "slowdown", "numpy", 1.1,

@@ -6,14 +6,17 @@ signature.  In these groups the row ``tapejit`` is the replay: its trace is made
 timing, and every timed call must replay (the test checks that the compiled function
 still holds exactly one trace afterwards).  ``tapejit_eager`` is tapejit's eager API,
 ``interpreter`` the hand-written tape interpreter of ``interpreter.py`` run on the
-replay's own arrays.  The other peers run as in ``test_core.py``/``test_mlp.py``.
+replay's own arrays, ``tapejit_recorded`` the replay of the trace as recorded (without the
+frozen-tape optimisation of ``tapejit/replay/optimize.py``), ``c_interpreter`` the C switch interpreter of ``c_interpreter.py`` over
+one record per source-level op of workload A (skipped without a C compiler).  The other peers run as in ``test_core.py``/``test_mlp.py``.
 
 Every row is checked before it is timed, and its timed result again after:
 
 * A: at ``A_CHECK_OPS`` the replayed gradient equals the pure-Python reference; at the
   timed size the replay's value and gradient equal eager tapejit's, and the interpreter's
   value, gradient, every intermediate value and every record's adjoint equal the
-  replay's.
+  replay's.  The C interpreter's value and gradient equal the replay's at ``A_CHECK_OPS``
+  and at the timed size.
 * B: one replayed step from the shared initial parameters equals the hand-written NumPy
   step (loss and SGD update), and training lowers the loss.
 * C: value and gradient equal ``math.fsum`` and ``scipy.optimize.rosen_der``; the batch
@@ -31,7 +34,7 @@ import workloads as W
 from interpreter import Interpreter, op_names
 
 A_REPLAY_SIZES = (1_000, 10_000)
-A_REPLAY_PEERS = ("tapejit", "interpreter", "torch", "jax")
+A_REPLAY_PEERS = ("tapejit", "tapejit_recorded", "interpreter", "c_interpreter", "torch", "jax")
 #: JAX compiles a 10,000-op scalar graph in about 4 minutes (as in test_core.py)
 JAX_A_10K = os.environ.get("TAPEJIT_BENCH_JAX_10K") == "1"
 JAX_A_10K_REASON = ("JAX compiles the 10,000-op scalar graph in minutes; "
@@ -56,9 +59,9 @@ BATCH_CHECK_ROWS = tuple(range(0, BATCH_ROWS, 397)) + (BATCH_ROWS - 1,)
 
 #: row (the ``peer`` parameter) -> the peer library it needs
 ROW_LIBRARY = {"tapejit": "tapejit", "tapejit_eager": "tapejit", "interpreter": "tapejit",
-               "tapejit_tier2": "tapejit", "tapejit_tier1": "tapejit",
-               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "tapejit_per_row": "tapejit",
-               "numba_fused": "numpy"}
+               "c_interpreter": "tapejit", "tapejit_recorded": "tapejit",
+               "tapejit_tier2": "tapejit", "tapejit_tier1": "tapejit", "tapejit_per_row": "tapejit",
+               "torch": "torch", "jax": "jax", "numpy": "numpy", "numba_rows": "numpy", "numba_fused": "numpy"}
 
 
 def load_row(row):
@@ -152,11 +155,25 @@ def check_interpreter(compiled, x, n_ops):
     return interpreter
 
 
+def check_c_interpreter(compiled, x, n_ops):
+    """The C interpreter at ``n_ops`` computes the replay's value and input gradient.
+    Returns it; skips without a C compiler."""
+    from c_interpreter import CInterpreter, Unavailable
+    try:
+        interpreter = CInterpreter(n_ops)
+    except Unavailable as e:
+        pytest.skip(f"c_interpreter: {e}")
+    assert_same_result(interpreter.run(x), compiled(x),
+                       f"C interpreter vs replay, workload A at {n_ops:,} ops ({len(interpreter.records)} records)")
+    return interpreter
+
+
 @pytest.mark.parametrize("n_ops", A_REPLAY_SIZES)
 @pytest.mark.parametrize("peer", A_REPLAY_PEERS)
-def test_scalar_graph_replay(peer, benchmark, n_ops):
+def test_scalar_graph_replay(peer, benchmark, n_ops, monkeypatch):
     """``x -> (value, input gradients)`` of workload A.  tapejit replays its trace;
-    the interpreter runs the same frozen arrays; torch records and sweeps every call;
+    the interpreter runs the same frozen arrays, the C interpreter one record per
+    source-level op; torch records and sweeps every call;
     JAX runs its compiled ``value_and_grad``."""
     lib = load_row(peer)
     benchmark.group = T.GROUP_A_REPLAY.format(n=n_ops)
@@ -169,11 +186,18 @@ def test_scalar_graph_replay(peer, benchmark, n_ops):
         grads = grads_of(benchmark(step))
         assert grads.shape == (W.N_INPUTS,) and np.isfinite(grads[~np.isnan(grads)]).all()
         return
+    if peer == "tapejit_recorded":   # the trace replayed as recorded: no frozen-tape optimisation
+        from tapejit.replay import optimize
+        monkeypatch.setattr(optimize, "enabled", False)
     compiled, x, want = check_replay(n_ops)
     records = compiled.stats()["records"][0]
     if peer == "interpreter":
         check_interpreter(*compile_scalar_graph(W.A_CHECK_OPS), W.A_CHECK_OPS)
         run = check_interpreter(compiled, x, n_ops).run
+    elif peer == "c_interpreter":
+        check_c_interpreter(*compile_scalar_graph(W.A_CHECK_OPS), W.A_CHECK_OPS)
+        c_interpreter = check_c_interpreter(compiled, x, n_ops)
+        run, records = c_interpreter.run, len(c_interpreter.records)
     else:
         run = compiled
     got = benchmark(run, x)

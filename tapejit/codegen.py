@@ -481,18 +481,6 @@ def entry_source(digest=None):
                          backward_elementwise="")
 
 
-def group_mask(names):
-    return sum(1 << registry.GROUPS.index(n) for n in names)
-
-
-def groups_in(mask):
-    return [g for i, g in enumerate(registry.GROUPS) if mask >> i & 1]
-
-
-def ops_in(mask):
-    return [op for op in registry.OPS if mask >> registry.GROUPS.index(op.group) & 1]
-
-
 def module_name(group=None):
     """The generated module of op ``group``, or of the entry points."""
     return "sweeps" if group is None else f"sweep_{group}"

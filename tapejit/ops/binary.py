@@ -9,8 +9,9 @@ raise, as PyTorch (NumPy would give 0).
 """
 import numpy as np
 
-from tapejit._jit import rule
-from tapejit.registry import define_binary, names
+from tapejit._jit import rule, small_kernel
+from tapejit.ops._kernel_helpers import acc, claim, decode
+from tapejit.registry import define_binary, define_kernel, names
 from tapejit.samples import binary_samples, cases, anywhere, positive, away_from_zero
 
 
@@ -299,6 +300,48 @@ def fmod_grad_y(x, y, z, g):
 FMOD = define_binary("fmod", "FmodBackward1", fmod_value, add_grad_x, fmod_grad_y,
                      samples=binary_samples("fmod", _DIVIDENDS, _DIVISORS, fn=lambda tj, x, y: tj.fmod(x, y)),
                      names=names("fmod", written=True))
+
+
+# ---- n-ary add: a chain of adds, fused when tj.compile freezes a trace --------------------
+# ``sum(tensors)`` records ``0 + t0`` (add_scalar) and one add per further term; the frozen-tape
+# optimiser (tapejit/replay/optimize.py) replaces such a chain by one record.  ``ints[p:]`` is
+# ``[k, n, operand, ..., operand]`` (k operands of n elements each, encoded as in a record's
+# fields); ``q`` is the index in ``floats`` of the constant the chain starts from, or -1.
+# The terms are added in the chain's order, so the values are the chain's to the bit.
+
+@small_kernel
+def add_n_forward(v, out, a, b, p, q, ints, floats):
+    k = ints[p]
+    n = ints[p + 1]
+    first = decode(ints[p + 2])
+    for i in range(n):
+        s = v[first + i]
+        if q >= 0:
+            s = floats[q] + s
+        for j in range(1, k):
+            s = s + v[decode(ints[p + 2 + j]) + i]
+        v[out + i] = s
+
+
+@small_kernel
+def add_n_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    n = ints[p + 1]
+    for j in range(ints[p]):
+        enc = ints[p + 2 + j]
+        mode = claim(flags, enc)
+        if mode != 0:
+            for i in range(n):
+                acc(g, enc + i, g[out + i], mode)
+
+
+def _add_n_operands(ints, p):
+    return [int(ints[p + 2 + j]) for j in range(int(ints[p]))]
+
+
+ADD_N = define_kernel("add_n", "AddBackward0", add_n_forward, add_n_backward, saves=False, group="arith",
+                      listed=_add_n_operands,
+                      samples=cases(("sum_scalars", lambda tj, x, y, z: sum([x, y, z, x]), [(), (), ()], anywhere),
+                                    ("add_chain", lambda tj, x, y: x + y + x * 2.0 + y, [(2, 3), (2, 3)], anywhere)))
 
 
 # ---- front ends ---------------------------------------------------------------------------
@@ -771,7 +814,6 @@ def copy_(input, src, non_blocking=False):
 from tapejit.api import front_ends as tj  # noqa: E402  (tj's functions, read at call time)
 from tapejit.ops import _formulas as _f  # noqa: E402
 from tapejit.ops._formulas import derivative  # noqa: E402
-from tapejit.tensor import _concrete  # noqa: E402
 
 
 @derivative(ADD)
@@ -870,6 +912,12 @@ def _d_fmod(c):
     with np.errstate(all="ignore"):
         quotient = np.trunc(np.divide(*np.broadcast_arrays(_f.value(x), _f.value(y))))
     return _f.pair(c, c.g, -c.g * _concrete(quotient) if c.wants_b else None)
+
+
+@derivative(ADD_N)
+def _d_add_n(c):
+    operands = (c.int(c.p + 2 + j) for j in range(c.int(c.p)))
+    return [(enc, c.g) for enc in operands if c.wants(enc)]
 
 
 # lerp is recorded as its last step, an add (``same_kernels`` of ADD)

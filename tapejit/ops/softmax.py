@@ -6,7 +6,7 @@ softmax ``dx = y * (g - sum(g * y))``, log-softmax ``dx = g - exp(y) * sum(g)``.
 import numpy as np
 
 from tapejit._jit import small_kernel
-from tapejit.ops._kernel_helpers import acc
+from tapejit.ops._kernel_helpers import acc, claim, decode
 from tapejit.registry import define_kernel
 from tapejit.samples import cases, anywhere
 
@@ -71,6 +71,65 @@ LOG_SOFTMAX = define_kernel("log_softmax", "LogSoftmaxBackward0", softmax_forwar
                                            [(3, 4)], anywhere),
                                           ("log_softmax0", lambda tj, x: tj.nn.functional.log_softmax(x, 0),
                                            [(3, 2)], anywhere)))
+
+
+# ---- softmax of stacked tensors: stack + softmax(dim=0), fused when tj.compile freezes a trace
+# A scalar graph's ``softmax(stack([a, b, c, d]), 0)`` is two records; the frozen-tape
+# optimiser (tapejit/replay/optimize.py) makes it one that reads the operands in place.
+# ``ints[p:]`` is the stack's list, ``[k, 1, operand, n, operand, n, ...]`` (k operands of
+# n elements each); the result is ``(k, n)`` at ``out``.  The arithmetic is softmax's, in
+# the same order, so values and gradients are the two records' to the bit.
+
+@small_kernel
+def stack_softmax_forward(v, out, a, b, p, q, ints, floats):
+    k = ints[p]
+    n = ints[p + 3]
+    for i in range(n):
+        m = v[decode(ints[p + 2]) + i]
+        for j in range(1, k):
+            m = max(m, v[decode(ints[p + 2 + 2 * j]) + i])
+        s = m * 0.0
+        for j in range(k):
+            s += np.exp(v[decode(ints[p + 2 + 2 * j]) + i] - m)
+        for j in range(k):
+            v[out + j * n + i] = np.exp(v[decode(ints[p + 2 + 2 * j]) + i] - m) / s
+
+
+@small_kernel
+def stack_softmax_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
+    k = ints[p]
+    n = ints[p + 3]
+    # softmax's backward, each input's gradient stored over the result's adjoint (read just
+    # before): rounded to the arena's dtype there, as softmax's own store rounds it ...
+    for i in range(n):
+        s = floats[0] * 0.0   # floats[0] is 0: a zero of the accumulator type, as in softmax
+        for j in range(k):
+            at = out + j * n + i
+            s += g[at] * v[at]
+        for j in range(k):
+            at = out + j * n + i
+            g[at] = v[at] * (g[at] - s)
+    # ... then stack's backward: each operand's slice added to it
+    for j in range(k):
+        enc = ints[p + 2 + 2 * j]
+        mode = claim(flags, enc)
+        if mode != 0:
+            for i in range(n):
+                acc(g, enc + i, g[out + j * n + i], mode)
+
+
+def _stack_softmax_operands(ints, p):
+    return [int(ints[p + 2 + 2 * j]) for j in range(int(ints[p]))]
+
+
+STACK_SOFTMAX = define_kernel("stack_softmax", "SoftmaxBackward0", stack_softmax_forward, stack_softmax_backward,
+                              saved="o", listed=_stack_softmax_operands,
+                              samples=cases(("stack_softmax_scalars",
+                                             lambda tj, x, y, z: tj.softmax(tj.stack([x, y, z, x]), 0),
+                                             [(), (), ()], anywhere),
+                                            ("stack_softmax_rows",
+                                             lambda tj, x, y: tj.softmax(tj.stack([x, y]), dim=0),
+                                             [(3,), (3,)], anywhere)))
 
 
 # ---- front ends ---------------------------------------------------------------------------
@@ -140,3 +199,13 @@ def _d_softmax(c):
         return (g - tj.exp(y) * total, None)
     gy = g * y
     return (gy - y * gy.sum(1, keepdim=True), None)
+
+
+@derivative(STACK_SOFTMAX)
+def _d_stack_softmax(c):
+    k, n = c.int(c.p), c.int(c.p + 3)
+    g = _f.shaped(c.g, (k, n))
+    y = c.out((k, n))
+    gy = g * y
+    dx = gy - y * gy.sum(0, keepdim=True)
+    return [(enc, dx[j]) for j, enc in enumerate(_stack_softmax_operands(c.tape.ints, c.p)) if c.wants(enc)]

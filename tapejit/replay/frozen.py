@@ -1,7 +1,8 @@
 """A frozen trace: the tape of a first call, cut down to what its results need, replayed.
 
 Freezing (``Frozen(...)``) drops the records that reach neither a returned tensor nor a
-``backward()`` root, works out once which leaves each backward reaches (the graph no longer changes,
+``backward()`` root, merges and fuses records (``optimize.py``), works out once which
+leaves each backward reaches (the graph no longer changes,
 so neither does that), and sorts the loads into those a replay must refresh -- the
 arguments, and tensors ``fn`` closes over, read live so an optimizer's updates take
 effect -- and constants made inside ``fn``, which stay as they are in the arena.
@@ -19,6 +20,7 @@ from tapejit import executor, registry
 from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
 from tapejit.dependencies import dependencies, listed_operands
+from tapejit.replay.optimize import optimize
 from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
@@ -108,10 +110,12 @@ class Frozen:
             else:
                 self.loads.append(Load(d, out, n, None, src, src._shape))
         self.load_outs = [np.array(o, np.int64) for o in load_outs]
-        # The tape, cut to the live records; offsets stay, so values need no moving.
-        tape.use_records(np.ascontiguousarray(tape.rec[kept]) if len(kept) else np.zeros((1, 6), np.int64))
-        tape.n = tape.nrec = tape.cap = len(kept)
-        tape.freed = np.zeros(max(len(kept), 1), np.uint8)
+        # The tape, cut to the live records and optimised (replay/optimize.py); offsets
+        # stay, so values need no moving.
+        records = optimize(tape, tape.rec[kept], live) if len(kept) else np.zeros((1, 6), np.int64)
+        tape.use_records(np.ascontiguousarray(records))
+        tape.n = tape.nrec = tape.cap = len(kept) and len(records)
+        tape.freed = np.zeros(max(tape.nrec, 1), np.uint8)
         tape._producers = None
         tape.ensure_adjoints()
         for f in tape.flags:

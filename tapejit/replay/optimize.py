@@ -1,0 +1,303 @@
+"""Frozen-tape optimisation: fewer records for a trace's replays (``Frozen`` calls ``optimize``).
+
+A trace's first call records every op eagerly, one record per tapejit op; a replay runs
+every record again, so a record saved at freezing is saved on every call.  Three rewrites,
+each leaving values and gradients as they were:
+
+* common subexpressions: an elementwise record (unary or binary) with the same op, operand
+  fields, element count and constants as an earlier one is dropped, and its readers read the
+  earlier one's slot.  Records are pure functions of their operands' slots, and a slot is
+  written by one record only (in-place ops record an out-of-place result), so equal fields
+  mean equal values.  Only the order in which the two readers' gradients are summed changes.
+* a chain of adds -- ``sum(tensors)`` records ``0 + t0`` and one add per further term -- becomes
+  one ``add_n`` record, adding the terms in the chain's order;
+* ``softmax(stack(tensors), 0)`` becomes one ``stack_softmax`` record.
+
+The fused records run the replaced records' arithmetic in the same order, so their values
+and gradients are bit for bit the replaced ones'.  They fuse only records that follow each
+other on the tape, whose intermediate results nothing else reads (no other record, no
+result or seed of the trace); small records only (a large elementwise chain stays for the
+chunked runs, ``tapejit/executor.py``).  Last, records nothing reads any more are dropped.
+"""
+import numpy as np
+
+from tapejit import executor, registry
+from tapejit.dependencies import dependencies, listed_operands
+from tapejit.ops.softmax import SOFTMAX, STACK_SOFTMAX
+from tapejit.ops.binary import ADD, ADD_N
+from tapejit.ops.core import CAST
+from tapejit.ops.movement import STACK
+from tapejit.ops.unary import ADD_SCALAR
+
+#: the ops only this module records: no front end makes them, so their samples run through
+#: ``tj.compile`` (tests/test_replay_optimize.py), not the eager gradient tests
+FUSED_OPS = (ADD_N, STACK_SOFTMAX)
+
+#: set False to replay traces as recorded (tests compare the two)
+enabled = True
+
+#: fused records hold fewer elements than a chunked run's records
+_SMALL = executor.MIN_ELEMENTS
+
+
+def optimize(tape, rec, live):
+    """``rec`` (the kept records, in order) rewritten; ``live``: the ``(arena, off)`` slots
+    read after the sweeps (results, seeds), which stay as they are.  New ``ints`` go on
+    ``tape``."""
+    if not enabled or len(rec) < 2:
+        return rec
+    sizes = [len(v) for v in tape.vals]
+    reads = _reads(rec, tape.ints, sizes)
+    rows, changed = rec.tolist(), False
+    if _may_repeat(rec, tape.floats):
+        rows, changed = _common_subexpressions(rows, tape, live, reads)
+        if changed:
+            rec = np.array(rows, np.int64)
+            reads = _reads(rec, tape.ints, sizes)
+    new_ints = []
+    base = tape.nints + len(tape.pints)
+    rows = _fuse_sums(rows, _sum_roles(rec), live, reads, new_ints, base)
+    rows = _fuse_stack_softmax(rows, tape.ints, live, reads, new_ints, base)
+    if new_ints:
+        tape.add_int_array(np.array(new_ints, np.int64))
+    out = np.array(rows, np.int64).reshape(-1, 6)
+    if changed:   # records only the dropped duplicates read (loads stay: Frozen has sorted them)
+        keep, _ = dependencies(out, tape.ints, sizes, live, grads_only=False)
+        out = out[keep | ((out[:, 0] >> 1) == registry.BY_NAME["load"].opcode)]
+    return np.ascontiguousarray(out)
+
+
+def _decode(field):
+    return field if field >= 0 else ~field
+
+
+def _operand_fields(op):
+    """Which of fields a (2), b (3) hold operand slots: a unary op reads only a (``b`` is -1
+    or a Python scalar's place), a kernel its declared ``operands``."""
+    if op.kind == "unary" or op.kind == "cast":
+        return (2,)
+    if op.kind == "binary":
+        return (2, 3)
+    if op.kind == "kernel":
+        return (2, 3)[:op.operands]
+    return ()
+
+
+_FIELDS = None
+
+
+def _field_table():
+    """``[opcode, 0 | 1]``: 1 where field a | b of the op's records is an operand."""
+    global _FIELDS
+    if _FIELDS is None or len(_FIELDS) != len(registry.OPS):
+        table = np.zeros((len(registry.OPS), 2), bool)
+        for op in registry.OPS:
+            for col in _operand_fields(op):
+                table[op.opcode, col - 2] = True
+        _FIELDS = table
+    return _FIELDS
+
+
+def _fields_of(code):
+    return _FIELD_COLUMNS[tuple(_field_table()[code >> 1])]
+
+
+_FIELD_COLUMNS = {(False, False): (), (True, False): (2,), (False, True): (3,), (True, True): (2, 3)}
+
+
+class _Reads:
+    """Per arena and slot: how many operand fields read it (``count``), and whether a record
+    lists it in ``ints`` (``listed``: such a slot is never rewired or fused away)."""
+    __slots__ = ("count", "listed")
+
+    def __init__(self, count, listed):
+        self.count, self.listed = count, listed
+
+
+def _reads(rec, ints, sizes):
+    ops = rec[:, 0] >> 1
+    arena = rec[:, 0] & 1
+    table = _field_table()
+    count = [np.zeros(size, np.int64) for size in sizes]
+    for col in (2, 3):
+        use = table[ops, col - 2]
+        field = rec[use, col]
+        slot = np.where(field < 0, ~field, field)
+        d = arena[use]
+        if col == 2:   # a cast reads the other arena
+            d = np.where(ops[use] == CAST.opcode, 1 - d, d)
+        for a in (0, 1):
+            count[a] += np.bincount(slot[d == a], minlength=sizes[a])[:sizes[a]]
+    listed_at, fields = listed_operands(rec, ints)
+    listed = [np.zeros(size, bool) for size in sizes]
+    if len(fields):
+        d = np.repeat(arena, np.diff(listed_at))
+        slot = np.where(fields < 0, ~fields, fields)
+        for a in (0, 1):
+            listed[a][slot[d == a]] = True
+    return _Reads(count, listed)
+
+
+def _common_subexpressions(rows, tape, live, reads):
+    """Drops elementwise records equal to an earlier one (see the module docstring)."""
+    ops = registry.OPS
+    floats = tape.floats
+    first = {}
+    moved = {}   # (arena, slot of a dropped record) -> the slot of the record it equals
+    kept = []
+    for row in rows:
+        code, out, a, b, p, q = row
+        op = ops[code >> 1]
+        d = code & 1
+        if moved:
+            for col in _fields_of(code):
+                field = row[col]
+                to = moved.get((1 - d if op is CAST else d, _decode(field)))
+                if to is not None:
+                    row = list(row)
+                    row[col] = to if field >= 0 else ~to
+            a, b = row[2], row[3]
+        if op.kind == "unary":
+            const = floats[d][q:q + op.nconst].tobytes() if op.nconst else q
+            key = (code, a, p, const)
+        elif op.kind == "binary":
+            key = (code, a, b, p, q)
+        else:
+            kept.append(row)
+            continue
+        earlier = first.get(key)
+        # slot 0 is never rewired: a field of -1 is "no operand" as well as ~0
+        if earlier is not None and out != 0 and (d, out) not in live and not reads.listed[d][out]:
+            moved[(d, out)] = earlier
+            continue
+        first.setdefault(key, out)
+        kept.append(row)
+    return kept, bool(moved)
+
+
+def _may_repeat(rec, floats):
+    """Whether two elementwise records of ``rec`` have the same key (``_common_subexpressions``
+    finds the rest, the repeats its rewiring makes): a NumPy test that spares most traces
+    the Python walk."""
+    kind, nconst = _tables()[:2]
+    ops = rec[:, 0] >> 1
+    rows = np.flatnonzero(kind[ops] != 0)
+    if len(rows) < 2:
+        return False
+    r = rec[rows]
+    k = kind[ops[rows]]
+    n = nconst[ops[rows]]
+    d = r[:, 0] & 1
+    c0, c1 = r[:, 5].copy(), np.zeros(len(r), np.int64)
+    for arena in (0, 1):   # a unary op's constants by value (bits), not by their index in floats
+        has = (k == 1) & (n > 0) & (d == arena)
+        c0[has] = floats[arena][r[has, 5]].astype(np.float64).view(np.int64)
+        two = has & (n > 1)
+        c1[two] = floats[arena][r[two, 5] + 1].astype(np.float64).view(np.int64)
+    keys = np.stack([r[:, 0], r[:, 2], np.where(k == 2, r[:, 3], 0), r[:, 4], c0, c1], 1)
+    return len(np.unique(keys, axis=0)) < len(keys)
+
+
+_TABLES = None
+
+
+def _tables():
+    """Per opcode: 1 unary / 2 binary / 0 other, the number of constants, and 1 for an add
+    (binary, add's rule) / 2 for an add of a constant (add_scalar's rule) / 0."""
+    global _TABLES
+    if _TABLES is None or len(_TABLES[0]) != len(registry.OPS):
+        kind = np.array([{"unary": 1, "binary": 2}.get(op.kind, 0) for op in registry.OPS], np.int64)
+        nconst = np.array([op.nconst for op in registry.OPS], np.int64)
+        role = np.array([1 if op.kind == "binary" and op.value is ADD.value else
+                         2 if op.kind == "unary" and op.value is ADD_SCALAR.value else 0
+                         for op in registry.OPS], np.int64)
+        _TABLES = (kind, nconst, role)
+    return _TABLES
+
+
+def _sum_roles(rec):
+    """Per record: 1 an add that may join a chain (same shapes, small), 2 an add of a
+    constant that may start one, 0 neither."""
+    role = _tables()[2][rec[:, 0] >> 1]
+    role[(rec[:, 4] >= _SMALL) | ((role == 1) & (rec[:, 5] != 0))] = 0
+    return role.tolist()
+
+
+def _single_read(reads, live, d, slot):
+    return reads.count[d][slot] == 1 and not reads.listed[d][slot] and (d, slot) not in live
+
+
+def _fuse_sums(rows, roles, live, reads, new_ints, base):
+    """Chains of adds (see the module docstring) as ``add_n`` records; ``roles``: ``_sum_roles``."""
+    result = []
+    chain = None   # the open chain: _Chain, its last record being result[-1]
+    for row, role in zip(rows, roles):
+        if role == 0:
+            chain = None
+            result.append(row)
+            continue
+        code, out, a, b, p, q = row
+        d = code & 1
+        if (role == 1 and chain is not None and chain.at == len(result) - 1 and chain.arena == d
+                and chain.n == p and _decode(a) == chain.out and _single_read(reads, live, d, chain.out)):
+            if a < 0:   # the sum so far takes no gradient here: nor do its terms through it
+                chain.operands = [~_decode(x) for x in chain.operands]
+            chain.operands.append(b)
+            chain.out = out
+            result[-1] = [ADD_N.opcode << 1 | d, out, -1, -1, chain, chain.const]   # p: below
+            continue
+        chain = _Chain(len(result), d, out, p, [a, b] if role == 1 else [a], -1 if role == 1 else q)
+        result.append(row)
+    for row in result:
+        if type(row[4]) is _Chain:
+            chain = row[4]
+            row[4] = base + len(new_ints)
+            new_ints += [len(chain.operands), chain.n] + chain.operands
+    return result
+
+
+class _Chain:
+    """Adds being fused: the last one's place in the result and slot, the terms so far, and
+    the index in ``floats`` of the constant it starts from (-1: none)."""
+    __slots__ = ("at", "arena", "out", "n", "operands", "const")
+
+    def __init__(self, at, arena, out, n, operands, const):
+        self.at, self.arena, self.out, self.n, self.operands, self.const = at, arena, out, n, operands, const
+
+
+def _fuse_stack_softmax(rows, ints, live, reads, new_ints, base):
+    """``softmax(stack(tensors), 0)`` as ``stack_softmax`` records."""
+    stack, softmax = STACK.opcode, SOFTMAX.opcode
+    result = []
+    for row in rows:
+        code, out, a, b, p, q = row
+        if code >> 1 == softmax and q == 0 and result:
+            last = result[-1]
+            if (last[0] >> 1 == stack and (last[0] & 1) == (code & 1) and _decode(a) == last[1]
+                    and _single_read(reads, live, code & 1, last[1])):
+                fused = _stack_softmax(code, out, a, p, last[4], ints, new_ints, base)
+                if fused is not None:
+                    result[-1] = fused
+                    continue
+        result.append(row)
+    return result
+
+
+def _stack_softmax(code, out, a, p, sp, ints, new_ints, base):
+    """The fused record, or None unless the stack is along dim 0 of k tensors of n elements
+    and the softmax along that dim."""
+    k, outer = int(ints[sp]), int(ints[sp + 1])
+    n = int(ints[sp + 3]) if k else 0
+    if k == 0 or outer != 1 or k * n >= _SMALL:
+        return None
+    if any(int(ints[sp + 3 + 2 * j]) != n for j in range(k)):
+        return None
+    if (int(ints[p]), int(ints[p + 1]), int(ints[p + 2])) != (1, k, n):
+        return None
+    at = sp
+    if a < 0:   # the softmax takes no gradient: neither do the stacked tensors through it
+        at = base + len(new_ints)
+        new_ints += [k, 1]
+        for j in range(k):
+            new_ints += [~_decode(int(ints[sp + 2 + 2 * j])), n]
+    return [STACK_SOFTMAX.opcode << 1 | (code & 1), out, -1, -1, at, 0]
