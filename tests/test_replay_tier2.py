@@ -162,14 +162,27 @@ def test_traces_too_long_stay_on_tier_1(monkeypatch):
     assert "more than 3" in compiled.stats()["tier2"][0]["reason"]
 
 
+# A program that replays one trace until tier 2 runs and prints whether tier 2 came from
+# the disk cache.  With "fresh" it first deletes that trace's cached tier 2 (so it compiles):
+# two runs of it have the same history, so the same trace layout and the same cache key.
 _CHILD = textwrap.dedent('''
-    import time, numpy as np, tapejit as tj
+    import glob, os, sys, time, numpy as np, tapejit as tj
+    from tapejit import _numba_load
+    from tapejit.replay import fused
     def f(x):
         return np.sum(np.cos(x[3:]) * x[:-3] + 0.25 * x[1:-2] ** 3)
-    vg = tj.compile(tj.value_and_grad(f))
     x = np.linspace(-1.0, 1.0, 37)
+    if sys.argv[1] == "fresh":
+        traced = tj.compile(tj.value_and_grad(f), tier2=False)
+        traced(x)
+        _, source = fused.generate(next(iter(traced.traces.values())).frozen)
+        folder = os.path.join(_numba_load.cache_dir(), "tier2")
+        for path in glob.glob(os.path.join(folder, "**", f"t2_{fused.key(source)}*"), recursive=True):
+            os.unlink(path)
+        del traced
+    vg = tj.compile(tj.value_and_grad(f))
     vg(x)
-    deadline = time.time() + 60
+    deadline = time.time() + 120
     while vg.stats()["tier"] != [2] and time.time() < deadline:
         vg(x)
         time.sleep(0.01)
@@ -182,7 +195,7 @@ def _child_function(x):
     return np.sum(np.cos(x[3:]) * x[:-3] + 0.25 * x[1:-2] ** 3)
 
 
-def test_background_compile_then_a_second_process_loads_it_from_the_cache():
+def test_background_compile_runs_tier_1_until_tier_2_is_ready():
     x = np.linspace(-1.0, 1.0, 37)
     tier1 = tj.compile(tj.value_and_grad(_child_function), tier2=False)
     expected = tier1(x)
@@ -203,13 +216,22 @@ def test_background_compile_then_a_second_process_loads_it_from_the_cache():
     assert stats["state"] == "ready" and stats["from_cache"] is False, stats
     _close(expected, compiled(x), 1e-14)
 
+
+@pytest.mark.slow
+def test_a_second_process_loads_tier_2_from_the_disk_cache():
+    """Two fresh processes with the same history trace the same function: the first compiles
+    its tier 2 in the background, the second finds it in the disk cache at its first replay."""
+    x = np.linspace(-1.0, 1.0, 37)
+    expected = tj.compile(tj.value_and_grad(_child_function), tier2=False)(x)
     env = dict(os.environ, TAPEJIT_TIER2="on")
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    from_cache, value, grad_sum = out.stdout.split()
-    assert from_cache == "True"
-    assert float(value) == pytest.approx(expected[0], rel=1e-14)
-    assert float(grad_sum) == pytest.approx(expected[1].sum(), rel=1e-12)
+    for run, cached in (("fresh", "False"), ("again", "True")):
+        out = subprocess.run([sys.executable, "-c", _CHILD, run], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        from_cache, value, grad_sum = out.stdout.split()
+        assert from_cache == cached, (run, out.stdout)
+        assert float(value) == pytest.approx(expected[0], rel=1e-14)
+        assert float(grad_sum) == pytest.approx(expected[1].sum(), rel=1e-12)
 
 
 def test_torch_style_step_equals_tier_1_in_float32():
