@@ -29,6 +29,35 @@ from tapejit.samples import cases, anywhere, positive, distinct, away_from_zero
 SUM_BLOCK = 8192
 
 
+@helper
+def _sum_rows(sizes, ostrides):
+    """A sum layout's input as rows of its last dim: ``(rows, inner, istep)``, the number of
+    rows, their length and the output stride along them (0: the row sums into one place)."""
+    nd = len(sizes)
+    n = 1
+    for d in range(nd):
+        n *= sizes[d]
+    inner = sizes[nd - 1] if nd > 0 else 1
+    istep = ostrides[nd - 1] if nd > 0 else 0
+    return (n // inner if inner > 0 else 0), inner, istep
+
+
+@helper
+def _next_row(idx, sizes, ostrides, pos):
+    """The output position of the next input row: ``idx`` (the row's index over the leading
+    dims) counts up like an odometer, and ``pos`` moves by the output strides."""
+    d = len(sizes) - 2
+    while d >= 0:
+        idx[d] += 1
+        pos += ostrides[d]
+        if idx[d] < sizes[d]:
+            break
+        pos -= ostrides[d] * sizes[d]
+        idx[d] = 0
+        d -= 1
+    return pos
+
+
 @kernel
 def sum_forward(v, out, a, b, p, q, ints, floats):
     if p < 0:
@@ -42,15 +71,11 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
     scale = floats[q]
     for i in range(out_size):
         v[out + i] = 0.0
-    n = 1
-    for d in range(nd):
-        n *= sizes[d]
-    inner = sizes[nd - 1] if nd > 0 else 1
-    istep = ostrides[nd - 1] if nd > 0 else 0
+    rows, inner, istep = _sum_rows(sizes, ostrides)
     idx = np.zeros(nd if nd > 0 else 1, np.int64)
     pos = out
     i = a
-    for _ in range(n // inner if inner > 0 else 0):
+    for _ in range(rows):
         if istep == 0:
             for block in range(0, inner, SUM_BLOCK):
                 count = inner - block if inner - block < SUM_BLOCK else SUM_BLOCK
@@ -59,15 +84,7 @@ def sum_forward(v, out, a, b, p, q, ints, floats):
             for j in range(inner):
                 v[at(pos + j * istep)] += v[at(i + j)]
         i += inner
-        d = nd - 2
-        while d >= 0:
-            idx[d] += 1
-            pos += ostrides[d]
-            if idx[d] < sizes[d]:
-                break
-            pos -= ostrides[d] * sizes[d]
-            idx[d] = 0
-            d -= 1
+        pos = _next_row(idx, sizes, ostrides, pos)
     if scale != 1.0:
         for k in range(out_size):
             v[out + k] *= scale
@@ -87,15 +104,11 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
     sizes = ints[p + 2:p + 2 + nd]
     ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
     scale = floats[q]
-    n = 1
-    for d in range(nd):
-        n *= sizes[d]
-    inner = sizes[nd - 1] if nd > 0 else 1
-    istep = ostrides[nd - 1] if nd > 0 else 0
+    rows, inner, istep = _sum_rows(sizes, ostrides)
     idx = np.zeros(nd if nd > 0 else 1, np.int64)
     pos = out
     i = a
-    for _ in range(n // inner if inner > 0 else 0):
+    for _ in range(rows):
         if istep == 0:
             gi = g[pos] * scale
             for j in range(inner):
@@ -104,15 +117,7 @@ def sum_backward(v, g, flags, out, a, b, ma, mb, p, q, ints, floats):
             for j in range(inner):
                 acc(g, i + j, g[at(pos + j * istep)] * scale, ma)
         i += inner
-        d = nd - 2
-        while d >= 0:
-            idx[d] += 1
-            pos += ostrides[d]
-            if idx[d] < sizes[d]:
-                break
-            pos -= ostrides[d] * sizes[d]
-            idx[d] = 0
-            d -= 1
+        pos = _next_row(idx, sizes, ostrides, pos)
 
 
 
@@ -128,15 +133,11 @@ def sum_rows_forward(v, width, out, a, b, p, q, ints, floats, partial):
     scale = floats[q]
     for k in range(out_size * width):
         v[at(out * width + k)] = 0.0
-    n = 1
-    for d in range(nd):
-        n *= sizes[d]
-    inner = sizes[nd - 1] if nd > 0 else 1
-    istep = ostrides[nd - 1] if nd > 0 else 0
+    rows, inner, istep = _sum_rows(sizes, ostrides)
     idx = np.zeros(nd if nd > 0 else 1, np.int64)
     pos = out
     i = a
-    for _ in range(n // inner if inner > 0 else 0):
+    for _ in range(rows):
         if istep == 0:
             for block in range(0, inner, SUM_BLOCK):
                 count = inner - block if inner - block < SUM_BLOCK else SUM_BLOCK
@@ -148,15 +149,7 @@ def sum_rows_forward(v, width, out, a, b, p, q, ints, floats, partial):
                 for r in range(width):
                     v[at(dst + r)] += v[at(src + r)]
         i += inner
-        d = nd - 2
-        while d >= 0:
-            idx[d] += 1
-            pos += ostrides[d]
-            if idx[d] < sizes[d]:
-                break
-            pos -= ostrides[d] * sizes[d]
-            idx[d] = 0
-            d -= 1
+        pos = _next_row(idx, sizes, ostrides, pos)
     if scale != 1.0:
         for k in range(out_size * width):
             v[at(out * width + k)] *= scale
@@ -170,30 +163,18 @@ def sum_rows_backward(v, g, width, out, a, b, ma, mb, p, q, ints, floats):
     sizes = ints[p + 2:p + 2 + nd]
     ostrides = ints[p + 2 + nd:p + 2 + 2 * nd]
     scale = floats[q]
-    n = 1
-    for d in range(nd):
-        n *= sizes[d]
-    inner = sizes[nd - 1] if nd > 0 else 1
-    istep = ostrides[nd - 1] if nd > 0 else 0
+    rows, inner, istep = _sum_rows(sizes, ostrides)
     idx = np.zeros(nd if nd > 0 else 1, np.int64)
     pos = out
     i = a
-    for _ in range(n // inner if inner > 0 else 0):
+    for _ in range(rows):
         for j in range(inner):
             src = (pos + j * istep) * width     # istep 0: every element of the row's block reads one gradient
             dst = (i + j) * width
             for r in range(width):
                 acc(g, dst + r, g[at(src + r)] * scale, ma)
         i += inner
-        d = nd - 2
-        while d >= 0:
-            idx[d] += 1
-            pos += ostrides[d]
-            if idx[d] < sizes[d]:
-                break
-            pos -= ostrides[d] * sizes[d]
-            idx[d] = 0
-            d -= 1
+        pos = _next_row(idx, sizes, ostrides, pos)
 
 SUM = define_kernel("sum", "SumBackward0", sum_forward, sum_backward, saves=False, group="sum",
                     runs="sum", block=SUM_BLOCK, operands=1, samples=cases(("sum", lambda tj, x: x.sum(), [(3, 4)], anywhere),
