@@ -254,6 +254,7 @@ def _compiled(program, cache):
     return set(eval(out.stdout.strip().splitlines()[-1].split(" ", 1)[1]))
 
 
+@pytest.mark.slow
 def test_a_first_gradient_compiles_only_its_ops_kinds_and_dtype(tmp_path):
     """The compile units: a program compiles the forward and backward sweeps of the ops its
     tape holds, for its dtype, and two small entry points; the chunked runs' and replay's

@@ -213,6 +213,7 @@ def test_float64_gradient_finite_differences(op, label, fn, inputs):
 
 # ---- 3. float32 against tapejit's float64 ------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op, label, fn, inputs", CASES)
 def test_float32_matches_float64(op, label, fn, inputs):
     case_id = _case_id(op, label)

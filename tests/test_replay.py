@@ -16,6 +16,10 @@ from test_gradients import CASES
 # ---- both tiers ------------------------------------------------------------------------------
 # Every test runs on tier 1 and on tier 2 compiled before the first replay (a trace tier 2
 # does not fuse runs tier 1 both times); the every-op test runs tier 2 on one case per op.
+# Tier 2 compiles a Numba function per trace, seconds apiece: its copies are marked slow,
+# so the README's test command runs tier 1 and .ci/run's slow lane runs tier 2
+# (tests/test_replay_tier2.py keeps tier 2's own tests in the README's command).
+_TIER2 = pytest.param("tier2", marks=pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +31,7 @@ def tier(request, monkeypatch):
 
 def pytest_generate_tests(metafunc):
     if "tier" in metafunc.fixturenames and metafunc.function.__name__ not in _OWN_TIERS:
-        metafunc.parametrize("tier", ("tier1", "tier2"), indirect=True)
+        metafunc.parametrize("tier", ("tier1", _TIER2), indirect=True)
 
 
 def _with_tiers(cases):
@@ -46,7 +50,7 @@ def _with_tiers(cases):
             kernels += 1
             if kernels % 4 != 1:
                 continue
-        params.append(pytest.param(*c.values, "tier2", marks=c.marks, id=f"{c.id}-tier2"))
+        params.append(pytest.param(*c.values, "tier2", marks=[*c.marks, pytest.mark.slow], id=f"{c.id}-tier2"))
     return params
 
 

@@ -232,6 +232,7 @@ def _rss_bytes():
         pytest.skip("no /proc/self/statm")
 
 
+@pytest.mark.slow
 def test_mlp_training_steps_do_not_grow_memory():
     rng = np.random.default_rng(0)
     params = _mlp_params(rng)
@@ -241,6 +242,7 @@ def test_mlp_training_steps_do_not_grow_memory():
     assert growth < 256 * 1024, f"memory grew by {growth} bytes over 3000 steps"
 
 
+@pytest.mark.slow
 def test_mlp_training_steps_rss_stable():
     rng = np.random.default_rng(1)
     params = _mlp_params(rng)
@@ -257,6 +259,7 @@ def test_mlp_training_steps_rss_stable():
     assert growth < 16 * 2 ** 20, f"RSS grew by {growth / 2 ** 20:.1f} MiB over 3000 steps"
 
 
+@pytest.mark.slow
 def test_scalar_graph_iterations_do_not_grow_memory():
     def step():
         xs = [tj.tensor(i / 10, dtype=tj.float64, requires_grad=True) for i in range(10)]
@@ -271,6 +274,7 @@ def test_scalar_graph_iterations_do_not_grow_memory():
     assert growth < 256 * 1024, f"memory grew by {growth} bytes over 600 scalar graphs"
 
 
+@pytest.mark.slow
 def test_forward_only_graphs_are_released():
     # Graphs that are never backpropagated (e.g. evaluating a loss) must not pile up.
     rng = np.random.default_rng(2)
@@ -285,6 +289,7 @@ def test_forward_only_graphs_are_released():
     assert growth < 256 * 1024, f"memory grew by {growth} bytes over 1500 forward-only graphs"
 
 
+@pytest.mark.slow
 def test_retained_graphs_are_released_when_unreachable():
     w = tj.tensor(np.ones(50), requires_grad=True)
 
@@ -298,6 +303,7 @@ def test_retained_graphs_are_released_when_unreachable():
     assert growth < 256 * 1024, f"memory grew by {growth} bytes over 800 retained graphs"
 
 
+@pytest.mark.slow
 def test_no_grad_iterations_do_not_grow_memory():
     w = tj.tensor(np.ones((16, 16)), requires_grad=True)
     v = tj.tensor(np.ones(16))
@@ -310,6 +316,7 @@ def test_no_grad_iterations_do_not_grow_memory():
     assert growth < 256 * 1024, f"memory grew by {growth} bytes over 1500 no_grad evaluations"
 
 
+@pytest.mark.slow
 def test_threads_do_not_leak_tapes():
     # Threads that record and exit must not leave their tapes behind.
     w = tj.tensor(np.ones(100), requires_grad=True)

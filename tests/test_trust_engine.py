@@ -325,6 +325,7 @@ def test_alias_write_into_a_value_only_tapejits_rule_reads_raises():
         y.sum().backward()
 
 
+@pytest.mark.slow
 def test_detached_values_kept_in_a_list_do_not_pin_the_tapes():
     # ``losses.append(loss.detach())``: each detached loss viewed its step's whole arena, so
     # every tape stayed alive (1.3 GB over 2,000 steps of an MNIST MLP).  A tape about to be
@@ -725,6 +726,7 @@ def _small_model():
     return model, x, y
 
 
+@pytest.mark.slow
 def test_forward_passes_never_read_do_not_grow_memory():
     # A loop of model(x) whose results nothing reads grew by 5 KB per call (the issue:
     # 100 -> 550 MB over 50,000 calls); torch stays flat.  Tapes that grow while few
@@ -735,6 +737,7 @@ def test_forward_passes_never_read_do_not_grow_memory():
     assert tape_module.current().n < 4 * tape_module._RETIRE_RECORDS
 
 
+@pytest.mark.slow
 def test_training_loops_do_not_grow_memory():
     model, x, y = _small_model()
     opt = tj.optim.SGD(model.parameters(), lr=0.01)

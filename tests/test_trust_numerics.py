@@ -407,6 +407,7 @@ def test_edge_case_gives_torch_result(name, f, x, value, grad):
     _same(got_grad, grad, "gradient")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, f, x, value, grad", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
 def test_edge_case_in_float32(name, f, x, value, grad):
     """The same NaN, inf and zero pattern in float32, values to float32 precision."""
