@@ -5,9 +5,9 @@ A trace of elementwise records, copies and sums runs with the rows as the vector
 is compiled (in the background: ``rows.driver``).  Any other trace, and every trace until
 then, runs its rows as independent replays: ``replay_batch`` (generated with the sweeps)
 in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
-buffers.  ``compiled.stats()["batch"]`` says which ran (``stats``).  The trace comes from the first row (traced
-now if this signature is new); parameters and constants are read once per call, before
-the rows run.
+buffers.  ``compiled.stats()["batch"]`` says which ran (``stats``).  The trace comes from
+the first row (traced now if this signature is new); parameters and constants are read
+once per call, before the rows run.
 
 Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
 per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
