@@ -89,9 +89,12 @@ def test_a_failed_compile_leaves_batches_row_by_row_and_says_why(uncached, monke
     np.testing.assert_allclose(grads, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_the_compiling_process_fills_the_cache_the_caller_loads(uncached):
+def test_the_real_compiling_process_runs_then_batches_use_the_module(uncached):
     """The real child process (``python -m tapejit.replay.rows float64``, at the lowest
-    priority); with the suite's warm cache it only loads the module, in a second or two."""
+    priority) with this process's tapejit and cache folder.  The module is in the cache
+    (``warm`` here: a load, or on a cold cache the compile a sync test makes), so the child
+    only loads it, in a second or two."""
+    rows.warm("float64")
     f = tj.compile(tj.value_and_grad(_rosen))
     xs = np.random.default_rng(2).uniform(-2, 2, (20, 3))
     expected = f.batch(xs)
