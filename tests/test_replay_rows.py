@@ -2,6 +2,9 @@
 it is compiled, batches replay row by row with the same bits; a failed compile leaves them
 there with the reason in ``stats()``.  No test here compiles the module itself: the module is
 taken as cached (the suite's warm cache) and its first look in the cache is made to miss."""
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -131,3 +134,19 @@ def test_default_mode_reads_the_environment(monkeypatch):
     for value, mode in (("0", "off"), ("off", "off"), ("sync", "sync"), ("on", "on"), ("", "on")):
         monkeypatch.setenv("TAPEJIT_BATCH_ROWS", value)
         assert rows.default_mode() == mode
+
+
+def test_a_new_process_loads_the_cached_module_at_its_first_batch():
+    rows.warm("float64")          # in the disk cache (a load here, or a compile on a cold cache)
+    script = ("import numpy as np, tapejit as tj\n"
+              "f = tj.compile(tj.value_and_grad(lambda x: (x * x).sum()))\n"
+              "g = f.batch(np.ones((3, 2)))[1]\n"
+              "s = f.stats()['batch'][0]\n"
+              "print(s['path'], s['rows'], s['from_cache'], g.tolist())\n")
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tj.__file__)))
+    env = dict(os.environ, TAPEJIT_BATCH_ROWS="on", TAPEJIT_CACHE_DIR=_numba_load.cache_dir(),
+               PYTHONPATH=os.pathsep.join([package_parent, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(None, 3)[:3] == ["rows", "ready", "True"], out.stdout
+    assert out.stdout.split(None, 3)[3].strip() == "[[2.0, 2.0], [2.0, 2.0], [2.0, 2.0]]"   # torch: d/dx sum(x*x) = 2x
