@@ -136,6 +136,23 @@ def test_default_mode_reads_the_environment(monkeypatch):
         assert rows.default_mode() == mode
 
 
+def test_compiling_processes_take_turns(monkeypatch):
+    """The compiling process (``compile_alone``) waits while another holds the dtype's lock
+    (a first run's compile still going on), then only loads what that one cached.  Run here
+    in a thread (the module is loaded, so ``warm`` takes milliseconds once it may go on)."""
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.setattr(tier2, "lowest_priority", lambda: None)     # not this test process
+    rows.warm("float64")
+    waiter = threading.Thread(target=rows.compile_alone, args=("float64",))
+    with open(os.path.join(_numba_load.cache_dir(), "rows.float64.lock"), "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive()
+    waiter.join(30)
+    assert not waiter.is_alive()
+
+
 def test_a_new_process_loads_the_cached_module_at_its_first_batch():
     rows.warm("float64")          # in the disk cache (a load here, or a compile on a cold cache)
     script = ("import numpy as np, tapejit as tj\n"

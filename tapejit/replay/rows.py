@@ -613,7 +613,7 @@ def _start(args, dtype, mode):
 
 def _compile_in_child(build, dispatcher, sig, dtype, start):
     """The background thread: a child process compiles the driver into Numba's disk cache
-    (``python -m tapejit.replay.rows <dtype>``: ``warm``), then it is loaded from there.
+    (``python -m tapejit.replay.rows <dtype>``: ``compile_alone``), then it is loaded from there.
     A thread of its own rather than tier 2's queue: one compile serves every trace, and a
     short program should not exit before its turn (the child finishes its compile anyway,
     so the next process finds it)."""
@@ -749,7 +749,27 @@ def warm(dtype):
                                  rows.copy(), MIN_WIDTH, 0, 0)
 
 
-if __name__ == "__main__":     # the compiling process of driver(): python -m tapejit.replay.rows <dtype>
+def compile_alone(dtype):
+    """The compiling process of ``driver`` (``python -m tapejit.replay.rows <dtype>``):
+    ``warm(dtype)`` at the lowest priority, holding the lock file ``rows.<dtype>.lock`` in
+    the cache folder, so that processes that missed the cache at once (a script run again
+    while its first run's compile goes on) take turns: the later ones load what the first
+    one cached (where there is no ``fcntl``, each compiles)."""
     tier2.lowest_priority()
+    try:
+        import fcntl
+        lock = open(os.path.join(_numba_load.cache_dir(), f"rows.{dtype}.lock"), "ab")
+    except (ImportError, OSError):
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file closes, or the process ends
+        warm(dtype)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+if __name__ == "__main__":
     from tapejit.replay import rows as _rows     # the module batch() imports, not this __main__ copy
-    _rows.warm(sys.argv[1])
+    _rows.compile_alone(sys.argv[1])
