@@ -596,23 +596,30 @@ def test_refusal_leaves_the_thread_usable():
 @pytest.fixture(params=["rows", "per-row"])
 def batch_path(request, monkeypatch):
     """Runs a batch test on both paths of ``compiled.batch``: rows as the vector axis
-    (``tapejit/replay/rows.py``) and the per-row replay it falls back to."""
+    (``tapejit/replay/rows.py``, compiled before the first batch if it is not cached) and
+    the per-row replay it falls back to."""
     from tapejit.replay import batch
-    monkeypatch.setattr(batch, "VECTOR_ROWS", request.param == "rows")
+    monkeypatch.setattr(batch, "ROWS", "sync" if request.param == "rows" else "off")
     return request.param
+
+
+def _paths(f):
+    """How each trace's last ``f.batch`` ran."""
+    return [s and s["path"] for s in f.stats()["batch"]]
 
 
 def _both_paths(f, *stacked):
     """``f.batch(*stacked)`` by rows as the vector axis and row by row (asserting which ran)."""
     from tapejit.replay import batch
     results = []
-    for vector_rows, path in ((True, "rows"), (False, "per-row")):
-        batch.VECTOR_ROWS = vector_rows
+    before = batch.ROWS
+    for mode, path in (("sync", "rows"), ("off", "per-row")):
+        batch.ROWS = mode
         try:
             results.append(f.batch(*stacked))
         finally:
-            batch.VECTOR_ROWS = True
-        assert f.stats()["batch"] == [path]
+            batch.ROWS = before
+        assert _paths(f) == [path]
     return results
 
 
@@ -629,7 +636,7 @@ def test_batch_equals_a_loop_of_single_replays(batch_path, tier):
     f = tj.compile(tj.value_and_grad(_rosen))
     xs = np.random.default_rng(0).uniform(-2, 2, (257, 6))
     values, grads = f.batch(xs)
-    assert f.stats()["batch"] == [batch_path]
+    assert _paths(f) == [batch_path]
     assert values.shape == (257,) and grads.shape == (257, 6)
     for i in range(0, 257, 16):
         v, g = f(xs[i])
@@ -646,12 +653,12 @@ def test_batch_of_grad_with_several_arguments_and_forward_only_functions(batch_p
     xs = np.random.default_rng(1).uniform(-1, 1, (40, 3))
     ys = np.random.default_rng(2).uniform(-1, 1, (40, 3))
     gx, gy = f.batch(xs, ys)
-    assert f.stats()["batch"] == [batch_path]
+    assert _paths(f) == [batch_path]
     np.testing.assert_allclose(gx, ys * ys)
     np.testing.assert_allclose(gy, 2 * xs * ys)
     h = tj.compile(lambda x: (tj.tanh(x) * 2, x.sum()))
     a, b = h.batch(xs)
-    assert h.stats()["batch"] == [batch_path]
+    assert _paths(h) == [batch_path]
     np.testing.assert_allclose(a.numpy(), np.tanh(xs) * 2)
     np.testing.assert_allclose(b.numpy(), xs.sum(1))
 
@@ -706,7 +713,9 @@ def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(mo
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)))
     xs = np.random.default_rng(6).uniform(-1, 1, (9, 4))
     values, grads = f.batch(xs)
-    assert f.stats()["batch"] == ["per-row"]
+    assert _paths(f) == ["per-row"]
+    stats = f.stats()["batch"][0]
+    assert stats["rows"] == "ineligible" and stats["reason"].startswith("not covered: "), stats
     # torch: d/dx sum(cumsum(x)^2) = reversed cumsum of 2 * cumsum(x)
     c = np.cumsum(xs, 1)
     np.testing.assert_allclose(values, (c * c).sum(1), rtol=1e-13)
@@ -714,7 +723,8 @@ def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(mo
     monkeypatch.setattr(rows, "MAX_SLOTS", 8)       # the arena: 4 + 3 + 3 + ... slots
     g = tj.compile(tj.value_and_grad(_rosen))
     values, grads = g.batch(xs)
-    assert g.stats()["batch"] == ["per-row"]
+    assert _paths(g) == ["per-row"]
+    assert "more than 8" in g.stats()["batch"][0]["reason"]
     assert values[3] == g(xs[3])[0]
 
 

@@ -1,19 +1,19 @@
 """``compiled.batch(*stacked)``: one trace evaluated for every row of a leading batch axis.
 
 A trace of elementwise records, copies and sums runs with the rows as the vector axis
-(``rows.py``: each record once per block of rows, on tapejit's threads).  Any other trace
-runs its rows as independent replays: ``replay_batch`` (generated with the sweeps) in a
-``prange`` over chunks of rows, each chunk with its own value, adjoint and flag buffers.
-``compiled.stats()["batch"]`` says which ran.  The trace comes from the first row (traced
-now if this signature is new); parameters and constants are read once per call, before
-the rows run.
+(``rows.py``: each record once per block of rows, on tapejit's threads) once that module
+is compiled (in the background: ``rows.driver``).  Any other trace, and every trace until
+then, runs its rows as independent replays: ``replay_batch`` (generated with the sweeps)
+in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
+buffers.  ``compiled.stats()["batch"]`` says which ran (``stats``).  The trace comes from
+the first row (traced now if this signature is new); parameters and constants are read
+once per call, before the rows run.
 
 Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
 per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
 tuple of tensors (stacked results).  A training step updates ``.grad``, which has no
 per-sample meaning, so it is refused.
 """
-import os
 import threading
 
 import numba
@@ -24,8 +24,9 @@ from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
 from tapejit.tensor import Tensor, _concrete
 
-# Rows as the vector axis (rows.py) where the trace allows; False: always row by row.
-VECTOR_ROWS = os.environ.get("TAPEJIT_BATCH_ROWS", "1") != "0"
+# Rows as the vector axis (rows.py) where the trace allows: "on" (compiled in the background),
+# "sync" (compiled in the caller) or "off" (always row by row); TAPEJIT_BATCH_ROWS sets it.
+ROWS = rows.default_mode()
 # Numba's "workqueue" threading layer aborts when two threads enter parallel code at once.
 _one_at_a_time = threading.Lock()
 
@@ -122,9 +123,10 @@ def run_batch(compiled, stacked, kwargs):
         raise CompileError(f"{name}.batch: the function's gradient is seeded from a computed value; "
                            "batch() replays value-and-gradient functions and functions without backward()")
     seed_at, seed_values = fast
-    found = rows.plan(frozen) if VECTOR_ROWS else None
-    if found is not None:
-        rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
+    mode = ROWS
+    found = rows.plan(frozen) if mode != "off" else None
+    if found is not None and rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs,
+                                      grad_at, grads, mode):
         entry.batch_path = "rows"
     else:
         chunks = max(1, min(batch, 4 * numba.get_num_threads()))
@@ -134,6 +136,12 @@ def run_batch(compiled, stacked, kwargs):
                                        frozen.sweeps.table(d))
         entry.batch_path = "per-row"
     return _results(compiled, entry, outputs, out_slots, grads, grad_shapes, batch, len(stacked))
+
+
+def stats(entry):
+    """``compiled.stats()["batch"]`` for a trace: ``path``, how its last ``batch()`` ran
+    ("rows" or "per-row"), and the row module's state for it (``rows.stats``)."""
+    return {"path": entry.batch_path, **rows.stats(entry.frozen, ROWS)}
 
 
 def _entry_for(compiled, first, kwargs):

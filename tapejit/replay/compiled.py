@@ -181,7 +181,7 @@ class _Entry:
         self.keep = None
         self.call = None     # a DifferentiableCall, when results continue the caller's graph
         self.label_patches = []   # labels.LabelPatch: label arguments that are inputs, not constants
-        self.batch_path = None    # how its last batch() ran: "rows" (rows.py) or "per-row"
+        self.batch_path = None    # how its last batch() ran: "rows" (rows.py) or "per-row" (batch.stats)
 
 
 class Compiled:
@@ -218,13 +218,14 @@ class Compiled:
     def stats(self):
         """Traces, records per trace and bytes of buffers; per trace, the tier its last replay
         ran (1, 2, or None before any) and tier 2's state (``tier2.py``): off, ineligible,
-        compiling, ready or failed, why, and its compile time in seconds."""
+        compiling, ready or failed, why, and its compile time in seconds; how its last
+        ``batch()`` ran and the row module's state (``batch.stats``; None before any)."""
         entries = list(self.traces.values())
         return {"traces": len(entries),
                 "records": [e.frozen.records for e in entries],
                 "records_traced": [e.frozen.records_traced for e in entries],
                 "bytes": sum(e.frozen.nbytes for e in entries),
-                "batch": [e.batch_path for e in entries],
+                "batch": _batch_stats(entries),
                 "tier": [e.frozen.last_tier for e in entries],
                 "tier2": [e.frozen.tier2.stats() if e.frozen.tier2 is not None else None for e in entries]}
 
@@ -610,6 +611,13 @@ _NEEDS_TRACE = object()   # a replay that cannot take this call's labels (see la
 class _Index(int):
     """A flattened argument's position (tells it apart from an int argument)."""
 
+
+
+def _batch_stats(entries):
+    if all(e.batch_path is None for e in entries):
+        return [None] * len(entries)
+    from tapejit.replay.batch import stats   # imported already by the batch() that ran
+    return [None if e.batch_path is None else stats(e) for e in entries]
 
 
 def compile(fn=None, *, max_traces=32, tier2=None):

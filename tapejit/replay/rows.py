@@ -25,26 +25,37 @@ as recorded in ``q``), the copies of a contiguous range (``runs="copy"``: slices
 their kernels in ``tapejit/ops``.  ``plan(frozen)`` is None unless a trace has only those;
 a trace with any other op is replayed row by row as before (``batch.py``).
 
-The module covers every op it can run, so one compile (per float dtype, about 90 s of one
+The module covers every op it can run, so one compile (per float dtype, about 45 s of one
 core, once per installation: ``python -m tapejit warmup`` does it ahead) serves every
 trace; it is written to tapejit's private cache folder as ``rows.py`` and compiled by Numba
 into its cache there, as ``codegen.py`` does for the sweeps; nothing is generated or
 compiled unless ``batch()`` runs.  Its text carries a hash of the registry, this file and the row kernels,
 so an edit to any of them writes it again.
+
+No call waits for that compile (``driver``): the first ``batch()`` that could use the
+module loads it from the disk cache if it is there, and otherwise starts its compile in a
+separate low-priority process (tier 2's) and replays row by row until a thread of the
+caller's has loaded it; the batch after that runs here.  ``TAPEJIT_BATCH_ROWS=sync``
+compiles in the caller instead (tests), ``off`` always replays row by row;
+``compiled.stats()["batch"]`` says which path ran and the module's state.
 """
 import hashlib
 import importlib
 import inspect
 import os
+import sys
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from numba.core.compiler_lock import global_compiler_lock
 
 from tapejit import _numba_load, codegen, registry, threads
 from tapejit._inline import inline
+from tapejit.replay import tier2
 
 #: Larger arenas replay row by row: their records are long enough to vectorize along their
 #: elements, and a block of ``MIN_WIDTH`` rows would hold 16 copies of the arena per thread.
@@ -431,13 +442,23 @@ def plan(frozen):
         return _plans[frozen]
     except KeyError:
         pass
-    tape = frozen.tape
-    opcodes = np.unique(tape.rec[:tape.nrec, 0] >> 1)
-    found = None
-    if not frozen.mixed and tape.cursor[frozen.arena] <= MAX_SLOTS and _covered_table()[opcodes].all():
-        found = _Plan()
+    found = None if ineligible(frozen) else _Plan()
     _plans[frozen] = found
     return found
+
+
+def ineligible(frozen):
+    """Why ``frozen`` replays row by row (``stats()``), or None if it can run here."""
+    tape = frozen.tape
+    if frozen.mixed:
+        return "the trace mixes float32 and float64"
+    if tape.cursor[frozen.arena] > MAX_SLOTS:
+        return f"its arena has {tape.cursor[frozen.arena]} slots, more than {MAX_SLOTS}"
+    opcodes = np.unique(tape.rec[:tape.nrec, 0] >> 1)
+    missing = opcodes[~_covered_table()[opcodes]]
+    if len(missing):
+        return "not covered: " + ", ".join(registry.OPS[int(op)].name for op in missing)
+    return None
 
 
 def digest():
@@ -499,6 +520,145 @@ def _load():
     return module
 
 
+# ---- the driver, compiled without making a call wait ---------------------------------------
+
+_ENV = "TAPEJIT_BATCH_ROWS"
+_build_lock = threading.Lock()
+
+
+def default_mode():
+    """``TAPEJIT_BATCH_ROWS``: ``off`` (or ``0``) replays every batch row by row; ``sync``
+    compiles the module in the caller at the first batch that can use it (tests that check
+    this path, as ``tier2="sync"``); anything else (``on``, the default) compiles it in the
+    background."""
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    return "sync" if value == "sync" else "on"
+
+
+class _Build:
+    """The module's driver for arenas of one float dtype, from the first ``batch()`` that
+    could use it: ``compiling``, ``ready`` (``driver`` set) or ``failed`` (``reason``)."""
+    __slots__ = ("state", "reason", "seconds", "from_cache", "driver", "done")
+
+    def __init__(self):
+        self.state = "compiling"
+        self.reason = None
+        self.seconds = None       # from that first batch() to the driver loaded
+        self.from_cache = None    # loaded from Numba's disk cache, no compile
+        self.driver = None
+        self.done = threading.Event()
+
+    def ready(self, dispatcher, start, from_cache):
+        self.seconds = round(time.perf_counter() - start, 3)
+        self.from_cache = from_cache
+        self.driver = dispatcher
+        self.state = "ready"
+        self.done.set()
+
+    def failed(self, error, start):
+        self.seconds = round(time.perf_counter() - start, 3)
+        self.reason = f"{type(error).__name__}: {error}"
+        self.state = "failed"
+        self.done.set()
+        _numba_load.warn_once("rows failed", f"tapejit: compiled.batch's row module could not be compiled "
+                                             f"({self.reason}); batches replay row by row.")
+
+    def stats(self):
+        return {"rows": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.from_cache}
+
+
+_builds = {}     # arena dtype name -> _Build
+
+
+def driver(args, mode="on"):
+    """``replay_rows`` ready for arguments ``args`` (as ``run`` passes them), or None.
+
+    At the first call for an arena dtype it is loaded from Numba's disk cache if it is there
+    (about 0.1 s); if not, it is compiled: in the caller with ``mode="sync"``, otherwise by
+    a separate process at the lowest priority (tier 2's, ``tier2.compile_in_child``) while a
+    thread of this process waits for it and then loads what it cached.  Meanwhile this
+    returns None and batches replay row by row; a failed compile leaves None for good, and
+    its reason in ``stats``."""
+    dtype = args[2].dtype.name
+    with _build_lock:
+        build = _builds.get(dtype)
+        if build is None:
+            build = _builds[dtype] = _start(args, dtype, mode)
+    if mode == "sync" and build.state == "compiling":     # started in the background before
+        build.done.wait()
+    return build.driver
+
+
+def _start(args, dtype, mode):
+    start = time.perf_counter()
+    build = _Build()
+    try:
+        dispatcher = module().replay_rows
+        sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        if _load_cached(dispatcher, sig):
+            build.ready(dispatcher, start, from_cache=True)
+        elif mode == "sync":
+            dispatcher.compile(sig)
+            build.ready(dispatcher, start, from_cache=False)
+        else:
+            threading.Thread(target=_compile_in_child, args=(build, dispatcher, sig, dtype, start),
+                             name="tapejit-rows", daemon=True).start()
+    except Exception as e:  # noqa: BLE001  (batches replay row by row; stats() says why)
+        build.failed(e, start)
+    return build
+
+
+def _compile_in_child(build, dispatcher, sig, dtype, start):
+    """The background thread: a child process compiles the driver into Numba's disk cache
+    (``python -m tapejit.replay.rows <dtype>``: ``compile_alone``), then it is loaded from there.
+    A thread of its own rather than tier 2's queue: one compile serves every trace, and a
+    short program should not exit before its turn (the child finishes its compile anyway,
+    so the next process finds it)."""
+    try:
+        tier2.compile_in_child("tapejit.replay.rows", dtype)
+        if not _load_cached(dispatcher, sig):
+            raise RuntimeError(f"the compiling process cached no driver for this batch's argument types {sig}")
+    except Exception as e:  # noqa: BLE001
+        build.failed(e, start)
+        return
+    build.ready(dispatcher, start, from_cache=False)
+
+
+def _load_cached(dispatcher, sig):
+    """Whether ``dispatcher`` has code for argument types ``sig``: compiled in this process,
+    or loaded now from Numba's disk cache.  Never compiles: this is the cache branch of
+    Numba's ``Dispatcher.compile`` (Numba internals, as ``_numba_load`` uses them)."""
+    with global_compiler_lock:
+        if sig in dispatcher.overloads:
+            return True
+        cache = dispatcher._cache
+        cres = cache.load_overload(sig, dispatcher.targetctx)
+        if cres is None:
+            vars(cache).pop("_compiling", None)    # SweepCache times a compile that follows a miss
+            return False
+        dispatcher.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        dispatcher.add_overload(cres)
+        return True
+
+
+def stats(frozen, mode):
+    """The row module's state for ``frozen`` (``compiled.stats()["batch"]``): ``rows`` is
+    ``off``, ``ineligible`` (``reason``: an op it does not cover, ...), or the state of its
+    dtype's driver (``_Build``), with ``compile_seconds`` and ``from_cache``."""
+    if mode == "off":
+        return {"rows": "off", "reason": f"{_ENV}=off", "compile_seconds": None, "from_cache": None}
+    reason = ineligible(frozen)
+    if reason is not None:
+        return {"rows": "ineligible", "reason": reason, "compile_seconds": None, "from_cache": None}
+    build = _builds.get(frozen.tape.vals[frozen.arena].dtype.name)
+    if build is None:    # (its batch() ran in the parent of a forked process)
+        return {"rows": None, "reason": None, "compile_seconds": None, "from_cache": None}
+    return build.stats()
+
+
 # ---- a call ------------------------------------------------------------------------------
 
 def width_for(slots):
@@ -522,19 +682,31 @@ def fills_of(frozen, fed):
 
 
 _pool = [None, 0]   # a ThreadPoolExecutor and its number of workers, made on first use
+
+
+def _forked():
+    """A forked child has none of the parent's threads: it makes its own pool, and a
+    compile the parent waits for is started again by the child's next batch."""
+    global _build_lock
+    _build_lock = threading.Lock()
+    _pool[:] = [None, 0]
+    for dtype, build in list(_builds.items()):
+        if build.state == "compiling":
+            del _builds[dtype]
+
+
 if hasattr(os, "register_at_fork"):
-    # a forked child has none of the parent's worker threads: it makes its own pool
-    os.register_at_fork(after_in_child=lambda: _pool.__setitem__(slice(None), [None, 0]))
+    os.register_at_fork(after_in_child=_forked)
 
 
-def run(frozen, found, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx):
+def run(frozen, found, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, gx, mode="on"):
     """Replay ``frozen`` (its ``plan``: ``found``) for every row of ``x`` (see the module
-    docstring): ``y``, ``gx`` receive the rows' values and gradients.  ``v0``: the arena
-    after a refresh (parameters, constants); the other arguments as the per-row
-    ``replay_batch`` takes them."""
+    docstring): ``y``, ``gx`` receive the rows' values and gradients, and returns True; or
+    returns False, having run nothing, while the module's driver for this dtype is not
+    ready (``driver``; ``mode`` as there).  ``v0``: the arena after a refresh (parameters,
+    constants); the other arguments as the per-row ``replay_batch`` takes them."""
     tape = frozen.tape
     d = frozen.arena
-    rows_module = module()
     slots = tape.cursor[d]
     width = width_for(slots)
     blocks = -(-x.shape[0] // width)
@@ -546,21 +718,28 @@ def run(frozen, found, v0, seed_at, seed_values, in_at, x, out_at, y, grad_at, g
         fills = found.fills[fed] = fills_of(frozen, set(fed))
     args = (tape.rec, tape.nrec, v0[:slots], tape.ints, tape.floats[d], seed_at, seed_values,
             frozen.load_outs[d], fills, in_at, x, out_at, y, grad_at, gx, width)
+    build = _builds.get(v0.dtype.name)
+    replay_rows = build.driver if build is not None else None
+    if replay_rows is None:
+        replay_rows = driver(args + (0, 0), mode)
+        if replay_rows is None:
+            return False
     if _pool[1] < shares - 1:
         _pool[:] = [ThreadPoolExecutor(shares - 1, thread_name_prefix="tapejit-rows"), shares - 1]
-    others = [_pool[0].submit(rows_module.replay_rows, *args, bounds[i], bounds[i + 1]) for i in range(1, shares)]
-    stopped = [rows_module.replay_rows(*args, bounds[0], bounds[1])] + [f.result() for f in others]
+    others = [_pool[0].submit(replay_rows, *args, bounds[i], bounds[i + 1]) for i in range(1, shares)]
+    stopped = [replay_rows(*args, bounds[0], bounds[1])] + [f.result() for f in others]
     for r in stopped:
         if r >= 0:    # not expected: plan() checked every opcode
             op = registry.OPS[int(tape.rec[r, 0]) >> 1].name
             raise RuntimeError(f"tj.compile({frozen.name}).batch: record {r} ({op}) cannot run with rows "
                                f"as the vector axis")
+    return True
 
 
 def warm(dtype):
     """Compile (or load from the cache) the module for arenas of ``dtype``: its driver
     called as ``run`` calls it, over no rows and no records (for ``tapejit/precompile.py``'s
-    steps)."""
+    steps, and the compiling process of ``driver``)."""
     dt = np.dtype(dtype)
     rec = np.zeros((1, 6), np.int64)
     at2, at3 = np.zeros((0, 2), np.int64), np.zeros((0, 3), np.int64)
@@ -568,3 +747,29 @@ def warm(dtype):
     module().replay_rows(rec, 0, np.zeros(1, dt), np.zeros(1, np.int64), np.zeros(2, dt), at2,
                                  np.zeros(0, dt), np.zeros(0, np.int64), at2, at3, rows, at3, rows.copy(), at3,
                                  rows.copy(), MIN_WIDTH, 0, 0)
+
+
+def compile_alone(dtype):
+    """The compiling process of ``driver`` (``python -m tapejit.replay.rows <dtype>``):
+    ``warm(dtype)`` at the lowest priority, holding the lock file ``rows.<dtype>.lock`` in
+    the cache folder, so that processes that missed the cache at once (a script run again
+    while its first run's compile goes on) take turns: the later ones load what the first
+    one cached (where there is no ``fcntl``, each compiles)."""
+    tier2.lowest_priority()
+    try:
+        import fcntl
+        lock = open(os.path.join(_numba_load.cache_dir(), f"rows.{dtype}.lock"), "ab")
+    except (ImportError, OSError):
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file closes, or the process ends
+        warm(dtype)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+if __name__ == "__main__":
+    from tapejit.replay import rows as _rows     # the module batch() imports, not this __main__ copy
+    _rows.compile_alone(sys.argv[1])

@@ -244,11 +244,18 @@ def _machine_stamp():
 
 
 def _compile_in_child(path, dtype):
+    compile_in_child("tapejit.replay.tier2", path, dtype)
+
+
+def compile_in_child(module, *args):
+    """Run ``python -m <module> <args>`` (a compiling process, which calls ``lowest_priority``)
+    with this process's tapejit and cache folder, and wait for it; raises with the end of its
+    stderr if it fails.  Also ``rows.py``'s, for the row module."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(fused.__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["TAPEJIT_CACHE_DIR"] = _numba_load.cache_dir()
-    proc = subprocess.run([sys.executable, "-m", "tapejit.replay.tier2", path, dtype], env=env,
+    proc = subprocess.run([sys.executable, "-m", module, *args], env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
@@ -369,12 +376,17 @@ def _threaded(module, plan, args, serial):
     return call
 
 
-def _main(argv):
-    """The compiling process: ``python -m tapejit.replay.tier2 <file> <dtype>``."""
+def lowest_priority():
+    """A compiling process runs at the lowest priority: the caller's replays come first."""
     try:
-        os.nice(19)     # the lowest priority: the caller's replays come first
+        os.nice(19)
     except (AttributeError, OSError):
         pass
+
+
+def _main(argv):
+    """The compiling process: ``python -m tapejit.replay.tier2 <file> <dtype>``."""
+    lowest_priority()
     path, dtype = argv
     _load(path, dtype)
     return 0
