@@ -202,6 +202,10 @@ def cache_info():
             functions[fn] = functions.get(fn, 0) + n
     if functions:
         print(f"tapejit's other compiled functions: {', '.join(f'{fn} x{n}' for fn, n in sorted(functions.items()))}")
+    tier2 = os.path.join(folder, "tier2")
+    traces = [n for n in os.listdir(tier2) if n.endswith(".py")] if os.path.isdir(tier2) else []
+    if traces:
+        print(f"tier 2 (tj.compile): {len(traces)} traces' fused functions ({_megabytes(_size(tier2))})")
     return 0
 
 
@@ -215,14 +219,13 @@ def _generated(filename):
 def _ours(folder):
     """The paths in ``folder`` that tapejit's cache writes: the generated modules and their
     records, their bytecode and Numba's entries beside them, Numba's entries for tapejit's
-    own modules (``numba/``).  Nothing else: ``TAPEJIT_CACHE_DIR`` may name a folder that
-    holds other files too."""
+    own modules (``numba/``) and tier 2's functions per trace (``tier2/``).  Nothing else:
+    ``TAPEJIT_CACHE_DIR`` may name a folder that holds other files too."""
     paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if _generated(n)]
     pycache = os.path.join(folder, "__pycache__")
     if os.path.isdir(pycache):
         paths += [os.path.join(pycache, n) for n in sorted(os.listdir(pycache)) if _generated(n)]
-    if os.path.isdir(os.path.join(folder, "numba")):
-        paths.append(os.path.join(folder, "numba"))
+    paths += [os.path.join(folder, n) for n in ("numba", "tier2") if os.path.isdir(os.path.join(folder, n))]
     return paths
 
 

@@ -4,6 +4,9 @@ import os
 # tj.compile's tier 2 compiles each new trace in a background process: a suite of hundreds
 # of traces would start hundreds.  Tests that exercise tier 2 ask for it (test_replay*.py).
 os.environ.setdefault("TAPEJIT_TIER2", "off")
+# Batches use the row module compiled in the caller (the warmup below compiles it ahead), not
+# a background child: a test's path then never depends on how fast another process compiles.
+os.environ.setdefault("TAPEJIT_BATCH_ROWS", "sync")
 
 
 def pytest_collection_modifyitems(items):

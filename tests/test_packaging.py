@@ -389,7 +389,8 @@ def test_precompile_covers_every_group_and_both_dtypes():
 
 def _fill(cache):
     """A cache folder as tapejit leaves it, without compiling: the generated module for
-    arith (its text and record), a Numba entry beside it and one of tapejit's own."""
+    arith (its text and record), a Numba entry beside it, one of tapejit's own and a trace's
+    tier-2 function."""
     out = run(["-c", "from tapejit import codegen; codegen.load_module('arith')"], cache=cache)
     assert out.returncode == 0
     (cache / "__pycache__" / "sweep_arith.forward_add-25.py311.nbi").write_bytes(b"index")
@@ -399,6 +400,8 @@ def _fill(cache):
     own = cache / "numba" / "tapejit_0123"
     own.mkdir(parents=True)
     (own / "tape._earliest_reached-727.py311.1.nbc").write_bytes(b"x")
+    (cache / "tier2").mkdir()
+    (cache / "tier2" / "t2_0123.py").write_text("# a trace's tier-2 function (replay/fused.py)")
 
 
 def test_cache_info_says_where_what_and_which_numba(tmp_path):
@@ -410,6 +413,7 @@ def test_cache_info_says_where_what_and_which_numba(tmp_path):
     out = tapejit_cli("cache", "info", cache=cache).stdout
     assert re.search(rf"cache folder: {re.escape(str(cache))} \(\d+\.\d MB\)", out)
     assert "  arith\n    1 compiled entries: forward_add x1" in out
+    assert "tier 2 (tj.compile): 1 traces' fused functions" in out
     assert "tapejit's other compiled functions: tape._earliest_reached x1" in out
     (cache / "sweep_arith.sha256").write_text("0123456789abcdef 00\n")
     assert "arith  (stale: another tapejit's ops; compiled again on use)" in tapejit_cli("cache", "info", cache=cache).stdout
