@@ -19,7 +19,7 @@ import threading
 import numba
 import numpy as np
 
-from tapejit.replay import rows
+from tapejit.replay import rows, tier2
 from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
 from tapejit.tensor import Tensor, _concrete
@@ -123,7 +123,9 @@ def run_batch(compiled, stacked, kwargs):
                            "batch() replays value-and-gradient functions and functions without backward()")
     seed_at, seed_values = fast
     found = rows.plan(frozen) if VECTOR_ROWS else None
-    if found is not None:
+    if VECTOR_ROWS and tier2.run_rows(frozen, compiled.tier2, v0, in_at, inputs, out_at, outputs, grad_at, grads):
+        entry.batch_path = "tier2"     # the trace's own fused row loops (fused.generate_rows)
+    elif found is not None:
         rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs, grad_at, grads)
         entry.batch_path = "rows"
     else:

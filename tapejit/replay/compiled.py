@@ -225,6 +225,7 @@ class Compiled:
                 "records_traced": [e.frozen.records_traced for e in entries],
                 "bytes": sum(e.frozen.nbytes for e in entries),
                 "batch": [e.batch_path for e in entries],
+                "batch_tier2": [_tier2.rows_stats(e.frozen) for e in entries],
                 "tier": [e.frozen.last_tier for e in entries],
                 "tier2": [e.frozen.tier2.stats() if e.frozen.tier2 is not None else None for e in entries]}
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,8 +47,9 @@ _worker = [False]            # whether the worker thread is running
 def _forked():
     """A forked child has none of the parent's threads: no worker, no thread pool, and the
     parent's compiles in progress never finish here (their traces stay on tier 1)."""
-    global _jobs_lock
+    global _jobs_lock, _rows_lock
     _jobs_lock = threading.Lock()     # a parent's thread may have held it at the fork
+    _rows_lock = threading.Lock()
     _worker[0] = False
     _queue.clear()
     _jobs.clear()
@@ -156,19 +158,25 @@ def attach(frozen, mode):
     tier2.key = fused.key(source)
     tier2.frozen = frozen
     frozen.tier2 = tier2
+    _start(tier2, source, plan.dtype.name, mode)
+
+
+def _start(waiter, source, dtype, mode):
+    """Compile (``mode="sync"``: now, here; else in the background) or load ``source``,
+    whose key is ``waiter.key``; ``waiter.ready`` or ``waiter.failed`` is called then."""
     with _jobs_lock:
-        job = _jobs.get(tier2.key)
+        job = _jobs.get(waiter.key)
         new = job is None
         if new:
-            job = _jobs[tier2.key] = _Job(tier2.key)
-    job.add(tier2)
+            job = _jobs[waiter.key] = _Job(waiter.key)
+    job.add(waiter)
     if not new:
         return
     if mode == "sync":
-        _build(job, source, plan.dtype.name, in_process=True)
+        _build(job, source, dtype, in_process=True)
         return
     with _jobs_lock:
-        _queue.append((job, source, plan.dtype.name))
+        _queue.append((job, source, dtype))
         if not _worker[0]:
             _worker[0] = True
             threading.Thread(target=_work, name="tapejit-tier2", daemon=True).start()
@@ -260,6 +268,11 @@ def _signatures(module, dtype):
     dt = types.float64 if dtype == "float64" else types.float32
     arr = types.Array(dt, 1, "C")
     wide = types.Array(types.float64, 2, "C")
+    if hasattr(module, "rows"):   # compiled.batch's (fused.generate_rows)
+        table = types.Array(types.int64, 2, "C")
+        block = types.Array(dt, 2, "C")
+        return {"rows": (arr, arr, arr, block, table, block, table, block, table, types.int64, types.int64,
+                         types.int64)}
     ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
     outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
     sigs = {"run": (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr,
@@ -352,9 +365,7 @@ def _threaded(module, plan, args, serial):
         partial = partials.get(blocks)
         if partial is None:
             partial = partials[blocks] = np.zeros((blocks, columns))
-        if _pool[1] < threads - 1:
-            _pool[:] = [ThreadPoolExecutor(threads - 1, thread_name_prefix="tapejit-tier2"), threads - 1]
-        pool = _pool[0]
+        pool = _workers(threads - 1)
         prologue(v, g, floats, seed_vals, ins, outs)
         bounds = [m * k // blocks for k in range(blocks + 1)]
         waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
@@ -367,6 +378,121 @@ def _threaded(module, plan, args, serial):
                 f.result()
         return epilogue(v, g, floats, ins, outs, partial)
     return call
+
+
+def _workers(n):
+    """The thread pool of tier 2's blocks, with at least ``n`` workers."""
+    if _pool[1] < n:
+        _pool[:] = [ThreadPoolExecutor(n, thread_name_prefix="tapejit-tier2"), n]
+    return _pool[0]
+
+
+# ---- compiled.batch -------------------------------------------------------------------------
+
+#: Elements of a block's values and adjoints (both stay in a core's L2 cache), and the
+#: least and most rows of a block: a power of two.
+ROWS_BLOCK_ELEMENTS = 1 << 15
+ROWS_MIN_WIDTH = 16
+ROWS_MAX_WIDTH = 512
+_rows_of = weakref.WeakKeyDictionary()   # Frozen -> Rows
+_rows_lock = threading.Lock()
+
+
+class Rows:
+    """``compiled.batch``'s tier 2 for one frozen trace (``fused.generate_rows``): its state
+    as ``Tier2``'s, and once ready the compiled ``rows`` function."""
+    __slots__ = ("state", "reason", "key", "seconds", "cached", "fn", "width", "base", "seed_values")
+
+    def __init__(self, state, reason=None):
+        self.state = state       # off | ineligible | compiling | ready | failed
+        self.reason = reason
+        self.key = None
+        self.seconds = None
+        self.cached = None
+        self.fn = None
+        self.width = None
+        self.base = None         # arena slot -> its number in a block (fused._RowsWriter.base)
+        self.seed_values = None
+
+    def stats(self):
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.cached}
+
+    def ready(self, module, seconds, cached):
+        self.seconds, self.cached = seconds, cached
+        width = ROWS_MAX_WIDTH
+        while width > ROWS_MIN_WIDTH and 2 * module.ROW_ELEMENTS * width > ROWS_BLOCK_ELEMENTS:
+            width //= 2
+        self.width = width
+        self.fn = module.rows
+        self.state = "ready"
+
+    def failed(self, reason):
+        self.state = "failed"
+        self.reason = reason
+
+
+def rows_stats(frozen):
+    """``Rows.stats()`` of ``frozen``, or None before its first batch."""
+    found = _rows_of.get(frozen)
+    return found.stats() if found is not None else None
+
+
+def _rows_for(frozen, mode):
+    """``frozen``'s ``Rows``, made (and its compile started, see ``attach``) at its first batch."""
+    with _rows_lock:
+        found = _rows_of.get(frozen)
+        if found is not None:
+            return found
+        if mode is False:
+            found = Rows("off", "tier2=False")
+        else:
+            try:
+                plan, source, base = fused.generate_rows(frozen)
+            except fused.Ineligible as e:
+                found = Rows("ineligible", str(e))
+            else:
+                found = Rows("compiling")
+                found.key = fused.key(source)
+                found.base = base
+                found.seed_values = plan.seed_values
+        _rows_of[frozen] = found
+    if found.state == "compiling":
+        _start(found, source, plan.dtype.name, mode)
+    return found
+
+
+def run_rows(frozen, mode, v0, in_at, xs, out_at, ys, grad_at, gxs):
+    """``compiled.batch`` of ``frozen`` by its tier-2 function (``batch.py``'s arguments:
+    ``xs``, ``ys``, ``gxs`` the batched arguments, values and gradients, a row per row of
+    the batch; ``*_at`` their (slot, column, count)); False if it is not ready (tier 1's
+    paths run the batch then), or ineligible, or a slot of these is not a row slot of the
+    function (a result that is a parameter).  Blocks of rows are shared out to
+    ``tj.get_num_threads()`` threads; rows are independent, so the thread count changes no
+    bit of the results."""
+    found = _rows_of.get(frozen) or _rows_for(frozen, mode)
+    fn = found.fn
+    if fn is None:
+        return False
+    dense = []
+    for at in (in_at, out_at, grad_at):
+        at = at.copy()
+        try:
+            at[:, 0] = [found.base[slot] for slot in at[:, 0].tolist()]
+        except KeyError:
+            return False
+        dense.append(at)
+    tape = frozen.tape
+    width = found.width
+    blocks = -(-xs.shape[0] // width)
+    shares = max(1, min(blocks, executor.THREADS))
+    bounds = [blocks * k // shares for k in range(shares + 1)]
+    args = (v0, tape.floats[frozen.arena], found.seed_values, xs, dense[0], ys, dense[1], gxs, dense[2], width)
+    futures = [_workers(shares - 1).submit(fn, *args, bounds[k], bounds[k + 1]) for k in range(1, shares)]
+    fn(*args, bounds[0], bounds[1])
+    for f in futures:
+        f.result()
+    return True
 
 
 def _main(argv):
