@@ -590,12 +590,13 @@ def test_refusal_leaves_the_thread_usable():
 # ---- batched replay ------------------------------------------------------------------------
 
 @pytest.fixture(params=["rows", "per-row"])
-def batch_path(request, monkeypatch):
+def batch_path(request, monkeypatch, tier):
     """Runs a batch test on both paths of ``compiled.batch``: rows as the vector axis
-    (``tapejit/replay/rows.py``) and the per-row replay it falls back to."""
+    (``tapejit/replay/rows.py``; on tier 2 the trace's fused row loops, "tier2") and the
+    per-row replay it falls back to; returns the path ``stats()["batch"]`` names."""
     from tapejit.replay import batch
     monkeypatch.setattr(batch, "VECTOR_ROWS", request.param == "rows")
-    return request.param
+    return "tier2" if request.param == "rows" and tier == "tier2" else request.param
 
 
 def _both_paths(f, *stacked):
@@ -608,7 +609,9 @@ def _both_paths(f, *stacked):
             results.append(f.batch(*stacked))
         finally:
             batch.VECTOR_ROWS = True
-        assert f.stats()["batch"] == [path]
+        # on tier 2 (tier2="sync") the vector-rows path is the trace's fused row loops
+        ready = (f.stats()["batch_tier2"][0] or {}).get("state") == "ready"
+        assert f.stats()["batch"] == ["tier2" if vector_rows and ready else path]
     return results
 
 
@@ -629,7 +632,7 @@ def test_batch_equals_a_loop_of_single_replays(batch_path, tier):
     assert values.shape == (257,) and grads.shape == (257, 6)
     for i in range(0, 257, 16):
         v, g = f(xs[i])
-        if tier == "tier1":     # the same records in the same order: the same bits
+        if tier == "tier1" or batch_path == "tier2":   # the same loops, in the same order: the same bits
             assert values[i] == v
             np.testing.assert_array_equal(grads[i], g)
         else:                   # tier 2's fused loop adds the sum's terms in another order
@@ -678,9 +681,12 @@ def test_batch_by_rows_broadcasts_parameters_and_scalar_operands_as_torch():
     np.testing.assert_allclose(rows[1][1], grads[1].numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_batch_by_rows_in_float32_and_on_any_thread_count():
+def test_batch_by_rows_in_float32_and_on_any_thread_count(tier):
     """float32 (a rule's float64 constants, a float32 sum): the per-row path's bits, on one
-    thread and on three (a share each, the last block narrower)."""
+    thread and on three (a share each, the last block narrower).  On tier 2 the rows run
+    its fused loops: the same bits on any thread count, and the per-row path's within
+    float32 rounding (as single tier-2 replays differ from tier 1's: exp's last bit, a
+    sum's order)."""
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.exp(-x * x) * 3.0 + x[2] * x)))
     xs = np.random.default_rng(5).uniform(-2, 2, (1000, 5)).astype(np.float32)
     before = tj.get_num_threads()
@@ -692,23 +698,29 @@ def test_batch_by_rows_in_float32_and_on_any_thread_count():
     finally:
         tj.set_num_threads(before)
     assert one[0][0].dtype == np.float32 and one[0][1].dtype == np.float32
+    reference = one[1] if tier == "tier1" else one[0]
     for result in (one[0], three):
-        _assert_same_bits(result[0], one[1][0])
-        _assert_same_bits(result[1], one[1][1])
+        _assert_same_bits(result[0], reference[0])
+        _assert_same_bits(result[1], reference[1])
+    for got, want in zip(one[0], one[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch):
+def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch, tier):
     from tapejit.replay import rows
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)))
     xs = np.random.default_rng(6).uniform(-1, 1, (9, 4))
     values, grads = f.batch(xs)
     assert f.stats()["batch"] == ["per-row"]
+    if tier == "tier2":     # a kernel between the fused loops: tier 2 of batch() says why it does not run
+        assert f.stats()["batch_tier2"][0]["state"] == "ineligible"
+        assert "calls kernels between its loops" in f.stats()["batch_tier2"][0]["reason"]
     # torch: d/dx sum(cumsum(x)^2) = reversed cumsum of 2 * cumsum(x)
     c = np.cumsum(xs, 1)
     np.testing.assert_allclose(values, (c * c).sum(1), rtol=1e-13)
     np.testing.assert_allclose(grads, np.cumsum((2 * c)[:, ::-1], 1)[:, ::-1], rtol=1e-13)
     monkeypatch.setattr(rows, "MAX_SLOTS", 8)       # the arena: 4 + 3 + 3 + ... slots
-    g = tj.compile(tj.value_and_grad(_rosen))
+    g = tj.compile(tj.value_and_grad(_rosen), tier2=False)     # (rows.py's limit: tier 1)
     values, grads = g.batch(xs)
     assert g.stats()["batch"] == ["per-row"]
     assert values[3] == g(xs[3])[0]
