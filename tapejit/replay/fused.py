@@ -823,7 +823,10 @@ class _RowsWriter(_Writer):
             if group.sum is not None and plan.rows[group.sum][1] in plan.reached:
                 r = group.sum
                 row = plan.rows[r]
-                body.append(f"{inner}gs{r} = {self._g(row[1], '0')} * floats[{row[5]}]")
+                if forward:   # a fused group's sum gets its gradient from the seeds: the same in every row
+                    before.append(f"{ind}gs{r} = g[at({self._base(row[1])} * w)] * floats[{row[5]}]")
+                else:
+                    body.append(f"{inner}gs{r} = {self._g(row[1], '0')} * floats[{row[5]}]")
             body += self._backward(group, inner, strided)
         sums = [f"acc{group.sum}"] if forward and group.sum is not None else []
         names = sums + sorted(strided.values())
