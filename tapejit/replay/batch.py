@@ -4,6 +4,10 @@ A trace of elementwise records, copies and sums runs with the rows as the vector
 (``rows.py``: each record once per block of rows, on tapejit's threads).  Any other trace
 runs its rows as independent replays: ``replay_batch`` (generated with the sweeps) in a
 ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag buffers.
+With tier 2 on (``tj.compile``'s ``tier2``), a trace of fused loops with no kernel call
+between them gets its own row function (``fused.generate_rows``: the rows of a block
+innermost in each loop), compiled in the background from its first batch on (``tier2.py``);
+once it is ready it runs instead (``"tier2"``; ``stats()["batch_tier2"]`` has its state).
 ``compiled.stats()["batch"]`` says which ran.  The trace comes from the first row (traced
 now if this signature is new); parameters and constants are read once per call, before
 the rows run.

@@ -30,6 +30,16 @@ Threads.  A trace of one group whose loop is long gets a second entry point, ``p
 that runs the loop over elements ``lo .. hi-1`` and leaves its sums in a row of
 ``partial``; ``tier2.py`` shares blocks of the loop out to threads (blocks that add
 into overlapping gradient ranges, slices at different starts, run in two waves).
+
+Batches.  ``generate_rows`` writes the same loops for ``compiled.batch`` with a row
+dimension (``_RowsWriter``): a block of rows runs each group as a loop over its elements
+with a loop over the block's rows inside, so an element's values and adjoints stay in
+registers and the rows fill the vector lanes (as XLA's vmap runs them).  Only what
+reaches memory has a row per element (the batched arguments, stored values, adjoints,
+numbered densely); parameters and constants are read once per element from the arena
+every row shares.  Each row's values and gradients have the bits of a single tier-2
+replay of that row.  A trace with a kernel call between its loops is not written so: its
+batches stay on tier 1's paths.
 """
 import ast
 import hashlib

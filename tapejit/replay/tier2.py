@@ -16,6 +16,10 @@ nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second pr
 finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
 ``mode="sync"`` compiles in the calling thread before the first replay (tests);
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
+
+``compiled.batch`` has a tier 2 of its own (``fused.generate_rows``), started the same way
+at a trace's first batch (``run_rows``) and run, once ready, in blocks of rows on
+``tj.get_num_threads()`` threads.
 """
 import functools
 import hashlib
