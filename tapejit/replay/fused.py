@@ -345,12 +345,19 @@ class Plan:
         """Whether ``part`` is generated: one group, fused, long."""
         return (len(self.steps) == 1 and self.groups[0].fused and self.groups[0].m >= THREADED_ELEMENTS)
 
-    def spans(self):
+    @property
+    def split(self):
+        """Whether the trace's function is cut into segments around its long loops
+        (``seg0``, ``part0``, ``seg1``, ... in place of ``run``; ``_Writer._split``):
+        several steps, a loop long enough to share out to threads."""
+        return not self.threaded and any(group.m >= THREADED_ELEMENTS for group in self.groups)
+
+    def spans(self, group=None):
         """``(lo, hi)`` offsets from element ``i`` of the memory gradient writes of the
-        threaded loop (slices add at their start): blocks at least ``hi - lo`` apart never
-        write the same element."""
+        threaded loop (slices add at their start), or of ``group``'s: blocks at least
+        ``hi - lo`` apart never write the same element."""
         offsets = [0]
-        for r in self.groups[0].records:
+        for r in (group or self.groups[0]).records:
             row = self.rows[r]
             if _kind(self.ops[r]) == "copy" and row[2] >= 0 and row[1] in self.reached:
                 offsets.append(~row[3])
@@ -367,6 +374,7 @@ class _Writer:
     def __init__(self, plan, dt):
         self.plan = plan
         self.dt = dt
+        self.split_loops = []
 
     # ---- pieces -------------------------------------------------------------------------
 
@@ -421,7 +429,8 @@ class _Writer:
         return lines
 
     def _forward(self, group, ind, store):
-        """One element's forward values; ``store``: write the stored slots."""
+        """One element's forward values; ``store``: write the stored slots and add to the
+        sum (the forward pass; a backward loop recomputes the values only)."""
         plan = self.plan
         lines = []
         for r in group.records:
@@ -430,8 +439,9 @@ class _Writer:
             out = row[1]
             pre = f"_r{r}_"
             if kind == "sum":
-                operand = self._operand(group, r, 2, lines, ind)
-                lines.append(f"{ind}{self._acc(f'acc{r}')} += {operand}  # r{r} {op.name}")
+                if store:
+                    operand = self._operand(group, r, 2, lines, ind)
+                    lines.append(f"{ind}{self._acc(f'acc{r}')} += {operand}  # r{r} {op.name}")
                 continue
             if kind == "copy":
                 src = _decode(row[2])
@@ -576,6 +586,8 @@ class _Writer:
     def module(self):
         plan = self.plan
         ind = "    "
+        if plan.split:   # no ``run``: its segments and long loops, on one thread too (a kernel compiles once)
+            return self._split(bool(plan.seeds))
         lines = ["@sweep", "def run(v, g, flags, floats, ints, seed_vals, ins, outs):",
                  '    """Forward values, seeds and gradients of the whole trace; returns -1."""']
         lines += self._prologue(ind)
@@ -588,9 +600,10 @@ class _Writer:
             lines += self._threaded(backward)
         return lines
 
-    def _steps(self, ind, backward):
+    def _steps(self, ind, backward, cut=False):
         """The groups' loops and the kernel calls in trace order, then (``backward``) the
-        backward loops and calls newest first."""
+        backward loops and calls newest first; ``cut``: a ``_Cut`` in place of each long
+        loop (``_split``)."""
         plan = self.plan
         lines = []
         number = {id(group): k for k, group in enumerate(plan.groups)}
@@ -601,6 +614,9 @@ class _Writer:
             group = step
             lines.append(f"{ind}# group {number[id(group)]}: records {group.records[0]}..{group.records[-1]}, "
                          f"{group.m} elements{', forward and backward' if group.fused and backward else ''}")
+            if cut and group.m >= THREADED_ELEMENTS:
+                lines.append(_Cut(group, True, backward and group.fused, True))
+                continue
             before, loop, after, _, _ = self._loop(group, ind, True, backward and group.fused, True)
             lines += before + loop + after
         for step in reversed(plan.steps) if backward else ():
@@ -612,6 +628,9 @@ class _Writer:
             if group.fused:
                 continue
             lines.append(f"{ind}# group {number[id(group)]}, backward")
+            if cut and group.m >= THREADED_ELEMENTS:
+                lines.append(_Cut(group, False, True, False))
+                continue
             before, loop, after, _, _ = self._loop(group, ind, False, True, False)
             lines += before + loop + after
         return lines
@@ -667,6 +686,61 @@ class _Writer:
         lines += self._finish(group, ind, sums, strided, True)
         lines += [f"{ind}return -1", ""]
         return lines
+
+
+    def _split(self, backward):
+        """``run`` cut at its long loops: ``seg0``, ``part0``, ``seg1``, ... ``part{k}`` runs
+        elements lo .. hi-1 of long loop k and leaves its sums in a row of ``partial``;
+        ``seg{k+1}`` adds the blocks' sums in block order, finishes the loop and runs the
+        steps up to the next long one.  ``SPLIT``: (elements, lo, hi, columns of
+        ``partial``) of each long loop (``tier2._split`` shares its blocks out to threads)."""
+        plan = self.plan
+        ind = "    "
+        pieces = (self._prologue(ind) + [f"{ind}flags[{slot}] = 1" for slot in sorted(plan.claimed)]
+                  + self._steps(ind, backward, cut=True)
+                  + [f"{ind}flags[{slot}] = 0" for slot in sorted(plan.claimed)])
+        segments = [[]]
+        parts = []
+        for piece in pieces:
+            if not isinstance(piece, _Cut):
+                segments[-1].append(piece)
+                continue
+            k = len(parts)
+            group = piece.group
+            accumulators = []
+            before, loop, _, sums, strided = self._loop(group, ind, piece.forward, piece.backward, piece.store,
+                                                        bounds="lo, hi", accumulators=accumulators)
+            column = {name: j for j, name in enumerate(accumulators)}
+            lines = ["@sweep", f"def part{k}(v, g, floats, ins, outs, lo, hi, partial, row):",
+                     '    """Elements lo .. hi-1 of a long loop; its sums go to partial[row]."""',
+                     f"{ind}c0 = floats[0] * 0.0", f"{ind}c1 = c0"]
+            lines += before + loop
+            lines += [f"{ind}partial[row, {column[name]}] = {name}" for name in accumulators]
+            parts.append(lines + [f"{ind}return -1", "", ""])
+            lo, hi = plan.spans(group)
+            self.split_loops.append((group.m, lo, hi, max(1, len(accumulators))))
+            finish = []
+            for name in accumulators:
+                finish += [f"{ind}{name} = 0.0", f"{ind}for k in range(partial.shape[0]):",
+                           f"{ind}    {name} += partial[k, {column[name]}]"]
+            segments.append(finish + self._finish(group, ind, sums, strided, piece.forward))
+        lines = []
+        for k, segment in enumerate(segments):
+            lines += ["@sweep", f"def seg{k}(v, g, flags, floats, ints, seed_vals, ins, outs, partial):",
+                      f'    """Segment {k} of ``run``{" (the blocks of part" + str(k - 1) + " in partial)" if k else ""}."""',
+                      f"{ind}c0 = floats[0] * 0.0", f"{ind}c1 = c0"]
+            lines += segment + [f"{ind}return -1", "", ""]
+            if k < len(parts):
+                lines += parts[k]
+        return lines + [f"SPLIT = {tuple(self.split_loops)!r}", ""]
+
+
+class _Cut:
+    """A long loop in ``_Writer._steps``'s lines: ``_split`` makes it a ``part``."""
+    __slots__ = ("group", "forward", "backward", "store")
+
+    def __init__(self, group, forward, backward, store):
+        self.group, self.forward, self.backward, self.store = group, forward, backward, store
 
 
 def generate(frozen, digest=None):

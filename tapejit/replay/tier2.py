@@ -279,8 +279,13 @@ def _signatures(module, dtype):
                          types.int64)}
     ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
     outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
-    sigs = {"run": (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr,
-                    ins, outs)}
+    run = (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr, ins, outs)
+    if hasattr(module, "SPLIT"):   # segments and long loops (fused._Writer._split)
+        sigs = {f"seg{k}": run + (wide,) for k in range(len(module.SPLIT) + 1)}
+        sigs.update((f"part{k}", (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64))
+                    for k in range(len(module.SPLIT)))
+        return sigs
+    sigs = {"run": run}
     if hasattr(module, "part"):
         sigs["prologue"] = (arr, arr, arr, arr, ins, outs)
         sigs["part"] = (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64)
@@ -323,10 +328,14 @@ class Call:
     def __init__(self, module, plan, frozen):
         tape = frozen.tape
         d = plan.arena
-        fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
-                               plan.seed_values)
-        args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
-        self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
+        if plan.split:
+            self.fn = _split(module, (tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                                      plan.seed_values))
+        else:
+            fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                                   plan.seed_values)
+            args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
+            self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
         self.dtype = plan.dtype
         self.direct_in = [arg for _, _, arg in plan.direct_in]
         direct = {off for off, _, _ in plan.direct_in}
@@ -381,6 +390,54 @@ def _threaded(module, plan, args, serial):
             for f in futures:
                 f.result()
         return epilogue(v, g, floats, ins, outs, partial)
+    return call
+
+
+def _blocks(part, args, m, lo, hi, threads, partials):
+    """Long loop ``part`` (``m`` elements, gradient writes at ``lo .. hi`` from each element)
+    in blocks on ``threads`` threads, as ``_threaded`` runs its one loop; returns the
+    ``partial`` holding the blocks' sums."""
+    overlap = hi > lo
+    blocks = 2 * threads if overlap else threads
+    if threads == 1 or m // blocks <= hi - lo:
+        blocks = 1    # (blocks two apart would write the same gradient elements)
+    partial = partials.get(blocks)
+    if partial is None:
+        partial = partials[blocks] = np.zeros((blocks, partials["columns"]))
+    if blocks == 1:
+        part(*args, 0, m, partial, 0)
+        return partial
+    bounds = [m * k // blocks for k in range(blocks + 1)]
+    pool = _workers(threads - 1)
+    for wave in (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),):
+        if not wave:
+            continue
+        first, *others = wave
+        futures = [pool.submit(part, *args, bounds[k], bounds[k + 1], partial, k) for k in others]
+        part(*args, bounds[first], bounds[first + 1], partial, first)
+        for f in futures:
+            f.result()
+    return partial
+
+
+def _split(module, args):
+    """The replay of a trace of several steps with long loops: its segments in order, each
+    long loop between them in blocks on ``tj.get_num_threads()`` threads (one block on one
+    thread: ``run``'s bits; the sums of a loop depend on its number of blocks, as
+    ``_threaded``'s)."""
+    v, g, flags, floats, ints, seed_vals = args
+    segments = [getattr(module, f"seg{k}") for k in range(len(module.SPLIT) + 1)]
+    loops = [(getattr(module, f"part{k}"), m, lo, hi, {"columns": columns})
+             for k, (m, lo, hi, columns) in enumerate(module.SPLIT)]
+    nothing = np.zeros((1, 1))
+
+    def call(ins, outs):
+        threads = executor.THREADS
+        result = segments[0](v, g, flags, floats, ints, seed_vals, ins, outs, nothing)
+        for segment, (part, m, lo, hi, partials) in zip(segments[1:], loops):
+            partial = _blocks(part, (v, g, floats, ins, outs), m, lo, hi, threads, partials)
+            result = segment(v, g, flags, floats, ints, seed_vals, ins, outs, partial)
+        return result
     return call
 
 
