@@ -357,46 +357,30 @@ class Call:
 
 def _threaded(module, plan, args, serial):
     """The replay of a one-group trace whose loop is long: blocks of the loop on
-    ``tj.get_num_threads()`` threads (the functions release the GIL).  Blocks whose
-    gradient writes overlap (slices at different starts) run in two waves, even blocks
-    then odd ones; each block's sums go to its row of ``partial``, added in block order."""
+    ``tj.get_num_threads()`` threads (``_blocks``), between its prologue and epilogue."""
     v, g, floats, seed_vals = args
     m = plan.groups[0].m
     lo, hi = plan.spans()
-    overlap = hi > lo
-    columns = max(1, len(plan.accumulators()))
     prologue, part, epilogue = module.prologue, module.part, module.epilogue
-    partials = {}
+    partials = {"columns": max(1, len(plan.accumulators()))}
 
     def call(ins, outs):
         threads = executor.THREADS
         if threads == 1:
             return serial(ins, outs)
-        blocks = 2 * threads if overlap else threads
-        if m // blocks <= hi - lo:
-            return serial(ins, outs)   # blocks two apart would write the same gradient elements
-        partial = partials.get(blocks)
-        if partial is None:
-            partial = partials[blocks] = np.zeros((blocks, columns))
-        pool = _workers(threads - 1)
         prologue(v, g, floats, seed_vals, ins, outs)
-        bounds = [m * k // blocks for k in range(blocks + 1)]
-        waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
-        for wave in waves:
-            first, *others = wave
-            futures = [pool.submit(part, v, g, floats, ins, outs, bounds[k], bounds[k + 1], partial, k)
-                       for k in others]
-            part(v, g, floats, ins, outs, bounds[first], bounds[first + 1], partial, first)
-            for f in futures:
-                f.result()
+        partial = _blocks(part, (v, g, floats, ins, outs), m, lo, hi, threads, partials)
         return epilogue(v, g, floats, ins, outs, partial)
     return call
 
 
 def _blocks(part, args, m, lo, hi, threads, partials):
     """Long loop ``part`` (``m`` elements, gradient writes at ``lo .. hi`` from each element)
-    in blocks on ``threads`` threads, as ``_threaded`` runs its one loop; returns the
-    ``partial`` holding the blocks' sums."""
+    in blocks on ``threads`` threads (the functions release the GIL).  Blocks whose
+    gradient writes overlap (slices at different starts) run in two waves, even blocks
+    then odd ones; each block's sums go to its row of ``partial`` (returned; the caller
+    adds them in block order).  ``partials``: {blocks: partial} kept between calls, and
+    the number of ``"columns"``."""
     overlap = hi > lo
     blocks = 2 * threads if overlap else threads
     if threads == 1 or m // blocks <= hi - lo:
