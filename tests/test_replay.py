@@ -704,6 +704,11 @@ def test_batch_by_rows_in_float32_and_on_any_thread_count(tier):
         _assert_same_bits(result[1], reference[1])
     for got, want in zip(one[0], one[1]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if tier == "tier2":     # tier 2's rows have the bits of single tier-2 replays (exp included)
+        for i in (0, 517, 999):
+            value, grad = f(xs[i])
+            assert one[0][0][i] == value
+            np.testing.assert_array_equal(one[0][1][i], grad)
 
 
 def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch, tier):
