@@ -418,7 +418,8 @@ def check_threads_used(threads):
 
 #: ``(peer, threads)`` of the batch group: JAX's CPU client has one thread in this process
 #: (conftest.py's XLA_FLAGS, read once), so JAX runs on one only
-BATCH_ROWS_PEERS = tuple((peer, threads) for peer in ("tapejit", "tapejit_per_row", "numba_rows", "jax", "torch")
+BATCH_ROWS_PEERS = tuple((peer, threads) for peer in ("tapejit", "tapejit_tier2", "tapejit_per_row", "numba_rows",
+                                                       "jax", "torch")
                          for threads in (1, 2) if not (peer == "jax" and threads == 2))
 #: rows per block of the hand-written loop: its block stays in cache, rows fill vectors
 NUMBA_ROWS_BLOCK = 256
@@ -457,11 +458,12 @@ def rosen_rows_by_hand(X, values, grads):
 def rosen_batch_row(peer, tj, X, threads):
     """``fn`` with ``fn(X) -> (values, gradients)`` for every row of ``X``, for ``peer``
     on ``threads`` threads (set by the caller for tapejit, Numba and torch)."""
-    if peer in ("tapejit", "tapejit_per_row"):
+    if peer in ("tapejit", "tapejit_tier2", "tapejit_per_row"):
         from tapejit.replay import batch
-        compiled = tj.compile(tj.value_and_grad(W.rosen))
+        # tier 1 (rows.py) or the trace's tier-2 row loops, compiled (or loaded) before timing
+        compiled = tj.compile(tj.value_and_grad(W.rosen), tier2="sync" if peer == "tapejit_tier2" else False)
         compiled(X[0])                       # the trace, also used by the single replays
-        if peer == "tapejit":
+        if peer in ("tapejit", "tapejit_tier2"):
             before = batch.ROWS
             batch.ROWS = "sync"              # the row module loaded (or compiled) before timing
             try:
@@ -505,7 +507,8 @@ def rosen_batch_row(peer, tj, X, threads):
 @pytest.mark.parametrize(("peer", "threads"), BATCH_ROWS_PEERS)
 def test_rosenbrock_batch(peer, benchmark, threads):
     """Value and gradient of every row of 20,000 points of n=10: ``compiled.batch(X)``
-    (rows as the vector axis; ``tapejit_per_row``: its fallback, a replay per row in a
+    (rows as the vector axis: tier 1's records, ``tapejit``, and tier 2's fused row loops,
+    ``tapejit_tier2``; ``tapejit_per_row``: the fallback, a replay per row in a
     ``prange``), a hand-written Numba loop with the row index innermost,
     ``jax.jit(jax.vmap(jax.value_and_grad))`` and ``torch.func.vmap(grad_and_value)``, on 1
     and on 2 threads (``tj.set_num_threads``; Numba's and torch's for those peers)."""
@@ -541,7 +544,8 @@ def test_rosenbrock_batch(peer, benchmark, threads):
         if peer.startswith("tapejit"):
             np.testing.assert_array_equal(out[0], values, err_msg="timed batch: values")
             np.testing.assert_array_equal(out[1], grads, err_msg="timed batch: gradients")
-            assert [s["path"] for s in fn.__self__.stats()["batch"]] == ["rows" if peer == "tapejit" else "per-row"]
+            assert [s["path"] for s in fn.__self__.stats()["batch"]] == [
+                {"tapejit": "rows", "tapejit_tier2": "tier2"}.get(peer, "per-row")]
             only_trace(fn.__self__)
         assert numba.get_num_threads() == threads
     finally:

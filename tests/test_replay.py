@@ -594,13 +594,14 @@ def test_refusal_leaves_the_thread_usable():
 # ---- batched replay ------------------------------------------------------------------------
 
 @pytest.fixture(params=["rows", "per-row"])
-def batch_path(request, monkeypatch):
+def batch_path(request, monkeypatch, tier):
     """Runs a batch test on both paths of ``compiled.batch``: rows as the vector axis
-    (``tapejit/replay/rows.py``, compiled before the first batch if it is not cached) and
-    the per-row replay it falls back to."""
+    (``tapejit/replay/rows.py``, compiled before the first batch if it is not cached; on
+    tier 2 the trace's fused row loops, "tier2") and the per-row replay it falls back to;
+    returns the path ``stats()["batch"]`` names."""
     from tapejit.replay import batch
     monkeypatch.setattr(batch, "ROWS", "sync" if request.param == "rows" else "off")
-    return request.param
+    return "tier2" if request.param == "rows" and tier == "tier2" else request.param
 
 
 def _paths(f):
@@ -619,7 +620,9 @@ def _both_paths(f, *stacked):
             results.append(f.batch(*stacked))
         finally:
             batch.ROWS = before
-        assert _paths(f) == [path]
+        # on tier 2 (tier2="sync") the vector-rows path is the trace's fused row loops
+        ready = (f.stats()["batch"][0]["tier2"] or {}).get("state") == "ready"
+        assert _paths(f) == ["tier2" if mode != "off" and ready else path]
     return results
 
 
@@ -640,7 +643,7 @@ def test_batch_equals_a_loop_of_single_replays(batch_path, tier):
     assert values.shape == (257,) and grads.shape == (257, 6)
     for i in range(0, 257, 16):
         v, g = f(xs[i])
-        if tier == "tier1":     # the same records in the same order: the same bits
+        if tier == "tier1" or batch_path == "tier2":   # the same loops, in the same order: the same bits
             assert values[i] == v
             np.testing.assert_array_equal(grads[i], g)
         else:                   # tier 2's fused loop adds the sum's terms in another order
@@ -689,9 +692,12 @@ def test_batch_by_rows_broadcasts_parameters_and_scalar_operands_as_torch():
     np.testing.assert_allclose(rows[1][1], grads[1].numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_batch_by_rows_in_float32_and_on_any_thread_count():
+def test_batch_by_rows_in_float32_and_on_any_thread_count(tier):
     """float32 (a rule's float64 constants, a float32 sum): the per-row path's bits, on one
-    thread and on three (a share each, the last block narrower)."""
+    thread and on three (a share each, the last block narrower).  On tier 2 the rows run
+    its fused loops: the same bits on any thread count, and the per-row path's within
+    float32 rounding (as single tier-2 replays differ from tier 1's: exp's last bit, a
+    sum's order)."""
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.exp(-x * x) * 3.0 + x[2] * x)))
     xs = np.random.default_rng(5).uniform(-2, 2, (1000, 5)).astype(np.float32)
     before = tj.get_num_threads()
@@ -703,12 +709,20 @@ def test_batch_by_rows_in_float32_and_on_any_thread_count():
     finally:
         tj.set_num_threads(before)
     assert one[0][0].dtype == np.float32 and one[0][1].dtype == np.float32
+    reference = one[1] if tier == "tier1" else one[0]
     for result in (one[0], three):
-        _assert_same_bits(result[0], one[1][0])
-        _assert_same_bits(result[1], one[1][1])
+        _assert_same_bits(result[0], reference[0])
+        _assert_same_bits(result[1], reference[1])
+    for got, want in zip(one[0], one[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if tier == "tier2":     # tier 2's rows have the bits of single tier-2 replays (exp included)
+        for i in (0, 517, 999):
+            value, grad = f(xs[i])
+            assert one[0][0][i] == value
+            np.testing.assert_array_equal(one[0][1][i], grad)
 
 
-def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch):
+def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(monkeypatch, tier):
     from tapejit.replay import rows
     f = tj.compile(tj.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)))
     xs = np.random.default_rng(6).uniform(-1, 1, (9, 4))
@@ -716,12 +730,15 @@ def test_batch_of_an_op_rows_do_not_cover_or_of_a_large_arena_runs_row_by_row(mo
     assert _paths(f) == ["per-row"]
     stats = f.stats()["batch"][0]
     assert stats["rows"] == "ineligible" and stats["reason"].startswith("not covered: "), stats
+    if tier == "tier2":     # a kernel between the fused loops: tier 2 of batch() says why it does not run
+        assert stats["tier2"]["state"] == "ineligible"
+        assert "calls kernels between its loops" in stats["tier2"]["reason"]
     # torch: d/dx sum(cumsum(x)^2) = reversed cumsum of 2 * cumsum(x)
     c = np.cumsum(xs, 1)
     np.testing.assert_allclose(values, (c * c).sum(1), rtol=1e-13)
     np.testing.assert_allclose(grads, np.cumsum((2 * c)[:, ::-1], 1)[:, ::-1], rtol=1e-13)
     monkeypatch.setattr(rows, "MAX_SLOTS", 8)       # the arena: 4 + 3 + 3 + ... slots
-    g = tj.compile(tj.value_and_grad(_rosen))
+    g = tj.compile(tj.value_and_grad(_rosen), tier2=False)     # (rows.py's limit: tier 1)
     values, grads = g.batch(xs)
     assert _paths(g) == ["per-row"]
     assert "more than 8" in g.stats()["batch"][0]["reason"]

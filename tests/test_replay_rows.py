@@ -14,6 +14,9 @@ import tapejit as tj
 from tapejit import _numba_load
 from tapejit.replay import batch, rows, tier2
 
+# (the suite runs with tier 2 off: tests/conftest.py)
+TIER2_OFF = {"state": "off", "reason": "tier2=False", "compile_seconds": None, "from_cache": None}
+
 
 def _rosen(x):
     return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
@@ -58,7 +61,7 @@ def test_batches_run_row_by_row_until_the_background_compile_is_loaded(uncached,
     second = f.batch(xs)
     assert children == [("tapejit.replay.rows", "float64")]       # one compile, not one per batch
     assert f.stats()["batch"] == [{"path": "per-row", "rows": "compiling", "reason": None,
-                                   "compile_seconds": None, "from_cache": None}]
+                                   "compile_seconds": None, "from_cache": None, "tier2": TIER2_OFF}]
     release.set()
     _build_done()
     third = f.batch(xs)
@@ -119,7 +122,7 @@ def test_mode_off_and_a_second_batch_of_a_loaded_module():
         batch.ROWS = "off"
         off = f.batch(xs)
         assert f.stats()["batch"][0] == {"path": "per-row", "rows": "off", "reason": "TAPEJIT_BATCH_ROWS=off",
-                                         "compile_seconds": None, "from_cache": None}
+                                         "compile_seconds": None, "from_cache": None, "tier2": None}
         batch.ROWS = "sync"
         f.batch(xs)
         batch.ROWS = "on"

@@ -79,6 +79,29 @@ def test_long_loop_on_one_and_two_threads_equals_tier_1():
         tj.set_num_threads(before)
 
 
+def _three_loops(x):
+    # y's loop gets its gradient from the two later loops: its backward loop runs on its own
+    y = np.tanh(x) * x
+    return np.sum((y[1:] - y[:-1]) ** 2) + np.sum(y)
+
+
+def test_long_loops_of_a_trace_of_several_run_in_blocks_on_threads():
+    """Several loops, long ones cut out of the trace's function and run in blocks on the
+    threads (slices one apart: in two waves); torch: the same value and gradient as
+    tier 1's, to the order of the sums' terms."""
+    x = np.linspace(-1.0, 1.5, fused.THREADED_ELEMENTS + 3)
+    before = tj.get_num_threads()
+    try:
+        for threads in (1, 2):
+            tj.set_num_threads(threads)
+            tier1, tier2, compiled = _both_tiers(_three_loops, x)
+            assert _plan(compiled).split
+            assert sum(g.m >= fused.THREADED_ELEMENTS for g in _plan(compiled).groups) == 3
+            _close(tier1, tier2, 1e-12)
+    finally:
+        tj.set_num_threads(before)
+
+
 def test_broadcast_operands_get_their_summed_gradients():
     # x * w + b with w of one element and b a 0-d array: stride-0 operands on both sides
     def f(x, w, b):

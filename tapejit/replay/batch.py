@@ -5,9 +5,13 @@ A trace of elementwise records, copies and sums runs with the rows as the vector
 is compiled (in the background: ``rows.driver``).  Any other trace, and every trace until
 then, runs its rows as independent replays: ``replay_batch`` (generated with the sweeps)
 in a ``prange`` over chunks of rows, each chunk with its own value, adjoint and flag
-buffers.  ``compiled.stats()["batch"]`` says which ran (``stats``).  The trace comes from
-the first row (traced now if this signature is new); parameters and constants are read
-once per call, before the rows run.
+buffers.  With tier 2 on (``tj.compile``'s ``tier2``), a trace of fused loops with no
+kernel call between them gets its own row function (``fused.generate_rows``: the rows of a
+block innermost in each loop), compiled in the background from its first batch on
+(``tier2.py``); once it is ready it runs instead.  ``compiled.stats()["batch"]`` says which
+ran and the state of both compiles (``stats``).  The trace comes from the first row
+(traced now if this signature is new); parameters and constants are read once per call,
+before the rows run.
 
 Supported: ``tj.compile(tj.value_and_grad(f))`` and ``tj.compile(tj.grad(f))`` (values and
 per-sample gradients), and functions without ``backward()`` whose result is a tensor or a
@@ -19,7 +23,7 @@ import threading
 import numba
 import numpy as np
 
-from tapejit.replay import rows
+from tapejit.replay import rows, tier2
 from tapejit.replay.frozen import Stale
 from tapejit.replay.trace import CompileError
 from tapejit.tensor import Tensor, _concrete
@@ -125,8 +129,10 @@ def run_batch(compiled, stacked, kwargs):
     seed_at, seed_values = fast
     mode = ROWS
     found = rows.plan(frozen) if mode != "off" else None
-    if found is not None and rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs,
-                                      grad_at, grads, mode):
+    if mode != "off" and tier2.run_rows(frozen, compiled.tier2, v0, in_at, inputs, out_at, outputs, grad_at, grads):
+        entry.batch_path = "tier2"     # the trace's own fused row loops (fused.generate_rows)
+    elif found is not None and rows.run(frozen, found, v0, seed_at, seed_values, in_at, inputs, out_at, outputs,
+                                        grad_at, grads, mode):
         entry.batch_path = "rows"
     else:
         chunks = max(1, min(batch, 4 * numba.get_num_threads()))
@@ -140,8 +146,10 @@ def run_batch(compiled, stacked, kwargs):
 
 def stats(entry):
     """``compiled.stats()["batch"]`` for a trace: ``path``, how its last ``batch()`` ran
-    ("rows" or "per-row"), and the row module's state for it (``rows.stats``)."""
-    return {"path": entry.batch_path, **rows.stats(entry.frozen, ROWS)}
+    ("tier2", "rows" or "per-row"), the row module's state for it (``rows.stats``) and, as
+    ``"tier2"``, that of its own tier-2 row function (``tier2.rows_stats``; None with tier 2
+    off)."""
+    return {"path": entry.batch_path, **rows.stats(entry.frozen, ROWS), "tier2": tier2.rows_stats(entry.frozen)}
 
 
 def _entry_for(compiled, first, kwargs):

@@ -181,7 +181,7 @@ class _Entry:
         self.keep = None
         self.call = None     # a DifferentiableCall, when results continue the caller's graph
         self.label_patches = []   # labels.LabelPatch: label arguments that are inputs, not constants
-        self.batch_path = None    # how its last batch() ran: "rows" (rows.py) or "per-row" (batch.stats)
+        self.batch_path = None    # how its last batch() ran: "tier2", "rows" (rows.py) or "per-row" (batch.stats)
 
 
 class Compiled:
@@ -219,7 +219,8 @@ class Compiled:
         """Traces, records per trace and bytes of buffers; per trace, the tier its last replay
         ran (1, 2, or None before any) and tier 2's state (``tier2.py``): off, ineligible,
         compiling, ready or failed, why, and its compile time in seconds; how its last
-        ``batch()`` ran and the row module's state (``batch.stats``; None before any)."""
+        ``batch()`` ran and the state of the row module and of batch's tier 2 for it
+        (``batch.stats``; None before any)."""
         entries = list(self.traces.values())
         return {"traces": len(entries),
                 "records": [e.frozen.records for e in entries],

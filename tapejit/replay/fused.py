@@ -30,6 +30,16 @@ Threads.  A trace of one group whose loop is long gets a second entry point, ``p
 that runs the loop over elements ``lo .. hi-1`` and leaves its sums in a row of
 ``partial``; ``tier2.py`` shares blocks of the loop out to threads (blocks that add
 into overlapping gradient ranges, slices at different starts, run in two waves).
+
+Batches.  ``generate_rows`` writes the same loops for ``compiled.batch`` with a row
+dimension (``_RowsWriter``): a block of rows runs each group as a loop over its elements
+with a loop over the block's rows inside, so an element's values and adjoints stay in
+registers and the rows fill the vector lanes (as XLA's vmap runs them).  Only what
+reaches memory has a row per element (the batched arguments, stored values, adjoints,
+numbered densely); parameters and constants are read once per element from the arena
+every row shares.  Each row's values and gradients have the bits of a single tier-2
+replay of that row.  A trace with a kernel call between its loops is not written so: its
+batches stay on tier 1's paths.
 """
 import ast
 import hashlib
@@ -335,12 +345,19 @@ class Plan:
         """Whether ``part`` is generated: one group, fused, long."""
         return (len(self.steps) == 1 and self.groups[0].fused and self.groups[0].m >= THREADED_ELEMENTS)
 
-    def spans(self):
+    @property
+    def split(self):
+        """Whether the trace's function is cut into segments around its long loops
+        (``seg0``, ``part0``, ``seg1``, ... in place of ``run``; ``_Writer._split``):
+        several steps, a loop long enough to share out to threads."""
+        return not self.threaded and any(group.m >= THREADED_ELEMENTS for group in self.groups)
+
+    def spans(self, group=None):
         """``(lo, hi)`` offsets from element ``i`` of the memory gradient writes of the
-        threaded loop (slices add at their start): blocks at least ``hi - lo`` apart never
-        write the same element."""
+        threaded loop (slices add at their start), or of ``group``'s: blocks at least
+        ``hi - lo`` apart never write the same element."""
         offsets = [0]
-        for r in self.groups[0].records:
+        for r in (group or self.groups[0]).records:
             row = self.rows[r]
             if _kind(self.ops[r]) == "copy" and row[2] >= 0 and row[1] in self.reached:
                 offsets.append(~row[3])
@@ -357,6 +374,7 @@ class _Writer:
     def __init__(self, plan, dt):
         self.plan = plan
         self.dt = dt
+        self.split_loops = []
 
     # ---- pieces -------------------------------------------------------------------------
 
@@ -371,6 +389,10 @@ class _Writer:
         goes to its own array (``outs``: the caller's result, or the arena's slot)."""
         k = self.plan.out_index.get(slot)
         return f"outs[{k}][at({index})]" if k is not None else f"g[at({slot} + {index})]"
+
+    def _acc(self, name):
+        """A float64 accumulator (a sum's, a broadcast operand's gradient): one register."""
+        return name
 
     def _consts(self, r, ind):
         op = self.plan.ops[r]
@@ -407,7 +429,8 @@ class _Writer:
         return lines
 
     def _forward(self, group, ind, store):
-        """One element's forward values; ``store``: write the stored slots."""
+        """One element's forward values; ``store``: write the stored slots and add to the
+        sum (the forward pass; a backward loop recomputes the values only)."""
         plan = self.plan
         lines = []
         for r in group.records:
@@ -416,8 +439,9 @@ class _Writer:
             out = row[1]
             pre = f"_r{r}_"
             if kind == "sum":
-                operand = self._operand(group, r, 2, lines, ind)
-                lines.append(f"{ind}acc{r} += {operand}  # r{r} {op.name}")
+                if store:
+                    operand = self._operand(group, r, 2, lines, ind)
+                    lines.append(f"{ind}{self._acc(f'acc{r}')} += {operand}  # r{r} {op.name}")
                 continue
             if kind == "copy":
                 src = _decode(row[2])
@@ -435,7 +459,7 @@ class _Writer:
                 lines += [ind + s for s in inline(op.value, args, f"{pre}z", pre)]
                 lines.append(f"{ind}x{out} = {self.dt}({pre}z)")
             if store and out in plan.stored:
-                lines.append(f"{ind}v[at({out} + i)] = x{out}")
+                lines.append(f"{ind}{self._v(out, 'i')} = x{out}")
         return lines
 
     def _backward(self, group, ind, strided):
@@ -445,13 +469,13 @@ class _Writer:
         lines = []
         have = set()
         for s in sorted(group.made & plan.grad_from_outside | (group.made & {o for o, _ in plan.seeds})):
-            lines.append(f"{ind}g{s} = g[at({s} + i)]")
+            lines.append(f"{ind}g{s} = {self._g(s, 'i')}")
             have.add(s)
 
         def give(slot, expr, start=0, stride0=False):
             if stride0:
                 strided.setdefault(slot, f"sg{slot}")
-                lines.append(f"{ind}sg{slot} += {expr}")
+                lines.append(f"{ind}{self._acc(f'sg{slot}')} += {expr}")
             elif slot in group.made:
                 if slot in have:
                     lines.append(f"{ind}g{slot} = {self.dt}(g{slot} + {expr})")
@@ -562,11 +586,26 @@ class _Writer:
     def module(self):
         plan = self.plan
         ind = "    "
+        if plan.split:   # no ``run``: its segments and long loops, on one thread too (a kernel compiles once)
+            return self._split(bool(plan.seeds))
         lines = ["@sweep", "def run(v, g, flags, floats, ints, seed_vals, ins, outs):",
                  '    """Forward values, seeds and gradients of the whole trace; returns -1."""']
         lines += self._prologue(ind)
         lines += [f"{ind}flags[{slot}] = 1" for slot in sorted(plan.claimed)]
         backward = bool(plan.seeds)
+        lines += self._steps(ind, backward)
+        lines += [f"{ind}flags[{slot}] = 0" for slot in sorted(plan.claimed)]   # as the sweeps leave them
+        lines += [f"{ind}return -1", ""]
+        if plan.threaded:
+            lines += self._threaded(backward)
+        return lines
+
+    def _steps(self, ind, backward, cut=False):
+        """The groups' loops and the kernel calls in trace order, then (``backward``) the
+        backward loops and calls newest first; ``cut``: a ``_Cut`` in place of each long
+        loop (``_split``)."""
+        plan = self.plan
+        lines = []
         number = {id(group): k for k, group in enumerate(plan.groups)}
         for step in plan.steps:
             if isinstance(step, int):
@@ -575,6 +614,9 @@ class _Writer:
             group = step
             lines.append(f"{ind}# group {number[id(group)]}: records {group.records[0]}..{group.records[-1]}, "
                          f"{group.m} elements{', forward and backward' if group.fused and backward else ''}")
+            if cut and group.m >= THREADED_ELEMENTS:
+                lines.append(_Cut(group, True, backward and group.fused, True))
+                continue
             before, loop, after, _, _ = self._loop(group, ind, True, backward and group.fused, True)
             lines += before + loop + after
         for step in reversed(plan.steps) if backward else ():
@@ -586,12 +628,11 @@ class _Writer:
             if group.fused:
                 continue
             lines.append(f"{ind}# group {number[id(group)]}, backward")
+            if cut and group.m >= THREADED_ELEMENTS:
+                lines.append(_Cut(group, False, True, False))
+                continue
             before, loop, after, _, _ = self._loop(group, ind, False, True, False)
             lines += before + loop + after
-        lines += [f"{ind}flags[{slot}] = 0" for slot in sorted(plan.claimed)]   # as the sweeps leave them
-        lines += [f"{ind}return -1", ""]
-        if plan.threaded:
-            lines += self._threaded(backward)
         return lines
 
     def _kernel_call(self, r, ind, forward):
@@ -647,6 +688,61 @@ class _Writer:
         return lines
 
 
+    def _split(self, backward):
+        """``run`` cut at its long loops: ``seg0``, ``part0``, ``seg1``, ... ``part{k}`` runs
+        elements lo .. hi-1 of long loop k and leaves its sums in a row of ``partial``;
+        ``seg{k+1}`` adds the blocks' sums in block order, finishes the loop and runs the
+        steps up to the next long one.  ``SPLIT``: (elements, lo, hi, columns of
+        ``partial``) of each long loop (``tier2._split`` shares its blocks out to threads)."""
+        plan = self.plan
+        ind = "    "
+        pieces = (self._prologue(ind) + [f"{ind}flags[{slot}] = 1" for slot in sorted(plan.claimed)]
+                  + self._steps(ind, backward, cut=True)
+                  + [f"{ind}flags[{slot}] = 0" for slot in sorted(plan.claimed)])
+        segments = [[]]
+        parts = []
+        for piece in pieces:
+            if not isinstance(piece, _Cut):
+                segments[-1].append(piece)
+                continue
+            k = len(parts)
+            group = piece.group
+            accumulators = []
+            before, loop, _, sums, strided = self._loop(group, ind, piece.forward, piece.backward, piece.store,
+                                                        bounds="lo, hi", accumulators=accumulators)
+            column = {name: j for j, name in enumerate(accumulators)}
+            lines = ["@sweep", f"def part{k}(v, g, floats, ins, outs, lo, hi, partial, row):",
+                     '    """Elements lo .. hi-1 of a long loop; its sums go to partial[row]."""',
+                     f"{ind}c0 = floats[0] * 0.0", f"{ind}c1 = c0"]
+            lines += before + loop
+            lines += [f"{ind}partial[row, {column[name]}] = {name}" for name in accumulators]
+            parts.append(lines + [f"{ind}return -1", "", ""])
+            lo, hi = plan.spans(group)
+            self.split_loops.append((group.m, lo, hi, max(1, len(accumulators))))
+            finish = []
+            for name in accumulators:
+                finish += [f"{ind}{name} = 0.0", f"{ind}for k in range(partial.shape[0]):",
+                           f"{ind}    {name} += partial[k, {column[name]}]"]
+            segments.append(finish + self._finish(group, ind, sums, strided, piece.forward))
+        lines = []
+        for k, segment in enumerate(segments):
+            lines += ["@sweep", f"def seg{k}(v, g, flags, floats, ints, seed_vals, ins, outs, partial):",
+                      f'    """Segment {k} of ``run``{" (the blocks of part" + str(k - 1) + " in partial)" if k else ""}."""',
+                      f"{ind}c0 = floats[0] * 0.0", f"{ind}c1 = c0"]
+            lines += segment + [f"{ind}return -1", "", ""]
+            if k < len(parts):
+                lines += parts[k]
+        return lines + [f"SPLIT = {tuple(self.split_loops)!r}", ""]
+
+
+class _Cut:
+    """A long loop in ``_Writer._steps``'s lines: ``_split`` makes it a ``part``."""
+    __slots__ = ("group", "forward", "backward", "store")
+
+    def __init__(self, group, forward, backward, store):
+        self.group, self.forward, self.backward, self.store = group, forward, backward, store
+
+
 def generate(frozen, digest=None):
     """``(plan, source)`` for ``frozen``; raises ``Ineligible``."""
     plan = Plan(frozen)
@@ -667,3 +763,224 @@ def generate(frozen, digest=None):
 
 def key(source):
     return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+# ---- tier 2 for ``compiled.batch``: the rows of a batch as the innermost loop ----------------
+
+#: Traces whose rows keep more elements in memory than this stay on tier 1's row path: a
+#: block of even ``MIN_WIDTH`` rows would not stay in cache.
+MAX_ROW_ELEMENTS = 1 << 14
+
+_ROWS_HEADER = '''
+
+@sweep
+def rows(v0, floats, seed_vals, xs, in_at, ys, out_at, gxs, grad_at, width, first, last):
+    """Blocks first .. last-1 of ``width`` rows of the batch; returns -1.
+
+    Row j of a block keeps element e of memory slot k at (k + e) * w + j (slots numbered
+    densely, ``ROW_SLOTS``): each loop below runs over a group's elements, then the rows.
+    ``in_at``/``out_at``/``grad_at`` (slot, column, count): the slots read from the rows of
+    ``xs`` and written to those of ``ys`` and ``gxs``."""
+    n_rows = xs.shape[0]
+    x_cols = xs.shape[1]
+    y_cols = ys.shape[1]
+    gx_cols = gxs.shape[1]
+    x_flat = xs.reshape(n_rows * x_cols)
+    y_flat = ys.reshape(n_rows * y_cols)
+    gx_flat = gxs.reshape(n_rows * gx_cols)
+    v = np.empty(ROW_ELEMENTS * width, v0.dtype)
+    g = np.empty(ROW_ELEMENTS * width, v0.dtype)
+{arrays}    c0 = floats[0] * 0.0
+    c1 = c0
+    for block in range(first, last):
+        lo = block * width
+        w = min(width, n_rows - lo)
+        for k in range(in_at.shape[0]):
+            col = in_at[k, 1]
+            for e in range(in_at[k, 2]):
+                dest = (in_at[k, 0] + e) * w
+                for j in range(w):
+                    v[at(dest + j)] = x_flat[at((lo + j) * x_cols + col + e)]
+'''
+
+_ROWS_FOOTER = '''        for k in range(out_at.shape[0]):
+            col = out_at[k, 1]
+            for e in range(out_at[k, 2]):
+                src = (out_at[k, 0] + e) * w
+                for j in range(w):
+                    y_flat[at((lo + j) * y_cols + col + e)] = v[at(src + j)]
+        for k in range(grad_at.shape[0]):
+            col = grad_at[k, 1]
+            for e in range(grad_at[k, 2]):
+                src = (grad_at[k, 0] + e) * w
+                for j in range(w):
+                    gx_flat[at((lo + j) * gx_cols + col + e)] = g[at(src + j)]
+    return -1
+'''
+
+
+class _RowsWriter(_Writer):
+    """``_Writer`` with a row dimension: every loop over a group's elements gets a loop over
+    the block's rows inside it, so each element's values and adjoints stay in registers and
+    the rows fill the vector lanes.  The batched arguments and the values that reach memory
+    have a row of ``w`` per element (``v``, ``g``); the other loads (parameters, constants)
+    are read once per element from ``v0``, the arena shared by every row."""
+
+    def __init__(self, plan, dt, fed):
+        super().__init__(plan, dt)
+        self.per_row = set(fed) | {plan.rows[r][1] for group in plan.groups for r in group.records}
+        self.base = {}           # memory slot -> its dense number in the block
+        self.elements = 0
+        self.arrays = set()      # float64 accumulators, a row of w each
+        for slot in fed:
+            self._base(slot)
+        # arguments no gradient reaches: zeros, as tier 1 gives them
+        self.unreached = [slot for slot in fed if slot not in plan.grad_from_outside
+                          and slot not in {off for off, _ in plan.seeds}]
+
+    def _base(self, slot):
+        found = self.base.get(slot)
+        if found is None:
+            if slot not in self.plan.length:
+                raise Ineligible(f"slot {slot} is read at an offset inside another slot")
+            found = self.base[slot] = self.elements
+            self.elements += self.plan.length[slot]
+        return found
+
+    def _cell(self, array, slot, index):
+        return f"{array}[at(({self._base(slot)} + {index}) * w + j)]"
+
+    def _v(self, slot, index):
+        if slot in self.per_row:
+            return self._cell("v", slot, index)
+        return f"v0[at({slot} + {index})]"
+
+    def _g(self, slot, index):
+        return self._cell("g", slot, index)
+
+    def _acc(self, name):
+        return f"{name}[j]"
+
+    def _stride0(self, r, field):
+        row = self.plan.rows[r]
+        return _kind(self.plan.ops[r]) == "binary" and bool(row[5] & (1 if field == 2 else 2))
+
+    def _operand(self, group, r, field, lines, ind):
+        """As ``_Writer._operand``; a broadcast operand of one row is loaded per row, a
+        load shared by every row once per element, before the loop over rows."""
+        slot = _decode(self.plan.rows[r][field])
+        if self._stride0(r, field) and group.m > 1:
+            if slot in self.per_row and ("s", slot) not in self._loaded:
+                lines.append(f"{ind}s{slot} = {self._v(slot, '0')}")
+                self._loaded.add(("s", slot))
+            return f"s{slot}"
+        if slot not in group.made and slot not in self.per_row:
+            if slot not in self._loaded:
+                self._outer.append(f"{self._outer_ind}x{slot} = {self._v(slot, 'i')}")
+                self._loaded.add(slot)
+            return f"x{slot}"
+        return super()._operand(group, r, field, lines, ind)
+
+    def _hoists(self, group, ind):
+        lines = []
+        for r in group.records:
+            lines += self._consts(r, ind)[0]
+            if group.m > 1:
+                for field in (2, 3):
+                    slot = _decode(self.plan.rows[r][field])
+                    if self._stride0(r, field) and slot not in self.per_row:
+                        lines.append(f"{ind}s{slot} = {self._v(slot, '0')}")
+        return lines
+
+    def _loop(self, group, ind, forward, backward, store, bounds=None, accumulators=None):
+        plan = self.plan
+        before = self._hoists(group, ind)
+        strided = {}
+        self._loaded = set()
+        self._outer = []
+        self._outer_ind = ind + "    "
+        inner = ind + "        "
+        body = []
+        if forward or backward:
+            body += self._forward(group, inner, store and forward)
+        if backward:
+            if group.sum is not None and plan.rows[group.sum][1] in plan.reached:
+                r = group.sum
+                row = plan.rows[r]
+                if forward:   # a fused group's sum gets its gradient from the seeds: the same in every row
+                    before.append(f"{ind}gs{r} = g[at({self._base(row[1])} * w)] * floats[{row[5]}]")
+                else:
+                    body.append(f"{inner}gs{r} = {self._g(row[1], '0')} * floats[{row[5]}]")
+            body += self._backward(group, inner, strided)
+        sums = [f"acc{group.sum}"] if forward and group.sum is not None else []
+        names = sums + sorted(strided.values())
+        self.arrays.update(names)
+        if names:
+            before += [f"{ind}for j in range(w):"] + [f"{ind}    {name}[j] = 0.0" for name in names]
+        loop = ([f"{ind}for i in range({group.m}):"] + self._outer + [f"{ind}    for j in range(w):"]
+                + (body or [f"{inner}pass"]))
+        return before, loop, self._finish(group, ind, sums, strided, forward), sums, strided
+
+    def _finish(self, group, ind, sums, strided, forward):
+        lines = []
+        if forward and group.sum is not None:
+            r = group.sum
+            row = self.plan.rows[r]
+            lines += [f"{ind}for j in range(w):",
+                      f"{ind}    t{r} = {self.dt}(acc{r}[j])",
+                      f"{ind}    if floats[{row[5]}] != 1.0:",
+                      f"{ind}        t{r} = {self.dt}(t{r} * floats[{row[5]}])",
+                      f"{ind}    {self._v(row[1], '0')} = t{r}"]
+        for slot, name in sorted(strided.items()):
+            lines += [f"{ind}for j in range(w):", f"{ind}    {self._g(slot, '0')} += {name}[j]"]
+        return lines
+
+    def _prologue(self, ind):
+        """The seeds, and zeros in the adjoints that are added into, in every row."""
+        plan = self.plan
+        lines = []
+        k = 0
+        seeded = set()
+        for off, n in plan.seeds:
+            op = "+=" if off in seeded else "="
+            seeded.add(off)
+            lines += [f"{ind}for e in range({n}):", f"{ind}    for j in range(w):",
+                      f"{ind}        {self._g(off, 'e')} {op} seed_vals[{k} + e]"]
+            k += n
+        for slot in plan.zeroed + self.unreached:
+            lines += [f"{ind}for e in range({plan.length[slot]}):", f"{ind}    for j in range(w):",
+                      f"{ind}        {self._g(slot, 'e')} = 0.0"]
+        return lines
+
+    def module(self):
+        ind = "        "
+        body = self._prologue(ind) + self._steps(ind, bool(self.plan.seeds))
+        arrays = "".join(f"    {name} = np.empty(width)\n" for name in sorted(self.arrays))
+        return _ROWS_HEADER.replace("{arrays}", arrays).split("\n") + body + _ROWS_FOOTER.split("\n")
+
+
+def generate_rows(frozen, digest=None):
+    """``(plan, source, base)`` of ``compiled.batch``'s tier 2 for ``frozen``: the function
+    ``rows`` runs blocks of rows (see ``_ROWS_HEADER``), the batched arguments being the
+    trace's argument loads; ``base``: {arena slot: its dense number in a block}.  Raises
+    ``Ineligible``: besides ``Plan``'s reasons, a kernel record (matmul, a reduction along
+    a dim, ...) keeps the batch on tier 1's row path."""
+    plan = Plan(frozen)
+    if plan.kernels:
+        names = ", ".join(sorted({plan.ops[r].name for r in plan.kernels}))
+        raise Ineligible(f"batch: the trace calls kernels between its loops ({names}); its rows "
+                         f"run on tier 1")
+    if digest is None:
+        digest = getattr(frozen.sweeps, "REGISTRY_HASH", None) or registry.registry_hash()
+    fed = [off for d, off, _, _ in frozen.arg_loads if d == plan.arena]
+    writer = _RowsWriter(plan, "np.float64" if plan.dtype == np.float64 else "np.float32", fed)
+    body = writer.module()
+    if writer.elements > MAX_ROW_ELEMENTS:
+        raise Ineligible(f"batch: {writer.elements} elements per row in memory (more than "
+                         f"{MAX_ROW_ELEMENTS}); its rows run on tier 1")
+    groups = ", ".join(f"{len(g.records)} records x {g.m}" for g in plan.groups)
+    summary = f"Batched (compiled.batch): rows innermost. Groups: {groups}."
+    slots = ", ".join(f"{slot}: {k}" for slot, k in writer.base.items())
+    body += [f"ROW_ELEMENTS = {writer.elements}", f"ROW_SLOTS = {{{slots}}}", ""]
+    source = _HEADER.format(digest=digest, dtype=plan.dtype.name, summary=summary) + "\n".join(body)
+    return plan, source, dict(writer.base)

@@ -16,6 +16,10 @@ nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second pr
 finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
 ``mode="sync"`` compiles in the calling thread before the first replay (tests);
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
+
+``compiled.batch`` has a tier 2 of its own (``fused.generate_rows``), started the same way
+at a trace's first batch (``run_rows``) and run, once ready, in blocks of rows on
+``tj.get_num_threads()`` threads.
 """
 import functools
 import hashlib
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,8 +51,9 @@ _worker = [False]            # whether the worker thread is running
 def _forked():
     """A forked child has none of the parent's threads: no worker, no thread pool, and the
     parent's compiles in progress never finish here (their traces stay on tier 1)."""
-    global _jobs_lock
+    global _jobs_lock, _rows_lock
     _jobs_lock = threading.Lock()     # a parent's thread may have held it at the fork
+    _rows_lock = threading.Lock()
     _worker[0] = False
     _queue.clear()
     _jobs.clear()
@@ -156,19 +162,25 @@ def attach(frozen, mode):
     tier2.key = fused.key(source)
     tier2.frozen = frozen
     frozen.tier2 = tier2
+    _start(tier2, source, plan.dtype.name, mode)
+
+
+def _start(waiter, source, dtype, mode):
+    """Compile (``mode="sync"``: now, here; else in the background) or load ``source``,
+    whose key is ``waiter.key``; ``waiter.ready`` or ``waiter.failed`` is called then."""
     with _jobs_lock:
-        job = _jobs.get(tier2.key)
+        job = _jobs.get(waiter.key)
         new = job is None
         if new:
-            job = _jobs[tier2.key] = _Job(tier2.key)
-    job.add(tier2)
+            job = _jobs[waiter.key] = _Job(waiter.key)
+    job.add(waiter)
     if not new:
         return
     if mode == "sync":
-        _build(job, source, plan.dtype.name, in_process=True)
+        _build(job, source, dtype, in_process=True)
         return
     with _jobs_lock:
-        _queue.append((job, source, plan.dtype.name))
+        _queue.append((job, source, dtype))
         if not _worker[0]:
             _worker[0] = True
             threading.Thread(target=_work, name="tapejit-tier2", daemon=True).start()
@@ -267,10 +279,20 @@ def _signatures(module, dtype):
     dt = types.float64 if dtype == "float64" else types.float32
     arr = types.Array(dt, 1, "C")
     wide = types.Array(types.float64, 2, "C")
+    if hasattr(module, "rows"):   # compiled.batch's (fused.generate_rows)
+        table = types.Array(types.int64, 2, "C")
+        block = types.Array(dt, 2, "C")
+        return {"rows": (arr, arr, arr, block, table, block, table, block, table, types.int64, types.int64,
+                         types.int64)}
     ins = types.UniTuple(arr, module.N_IN) if module.N_IN else types.Tuple(())
     outs = types.UniTuple(arr, module.N_OUT) if module.N_OUT else types.Tuple(())
-    sigs = {"run": (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr,
-                    ins, outs)}
+    run = (arr, arr, types.Array(types.uint8, 1, "C"), arr, types.Array(types.int64, 1, "C"), arr, ins, outs)
+    if hasattr(module, "SPLIT"):   # segments and long loops (fused._Writer._split)
+        sigs = {f"seg{k}": run + (wide,) for k in range(len(module.SPLIT) + 1)}
+        sigs.update((f"part{k}", (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64))
+                    for k in range(len(module.SPLIT)))
+        return sigs
+    sigs = {"run": run}
     if hasattr(module, "part"):
         sigs["prologue"] = (arr, arr, arr, arr, ins, outs)
         sigs["part"] = (arr, arr, arr, ins, outs, types.int64, types.int64, wide, types.int64)
@@ -313,10 +335,14 @@ class Call:
     def __init__(self, module, plan, frozen):
         tape = frozen.tape
         d = plan.arena
-        fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
-                               plan.seed_values)
-        args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
-        self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
+        if plan.split:
+            self.fn = _split(module, (tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                                      plan.seed_values))
+        else:
+            fn = functools.partial(module.run, tape.vals[d], tape.adj[d], tape.flags[d], tape.floats[d], tape.ints,
+                                   plan.seed_values)
+            args = (tape.vals[d], tape.adj[d], tape.floats[d], plan.seed_values)
+            self.fn = _threaded(module, plan, args, fn) if plan.threaded else fn
         self.dtype = plan.dtype
         self.direct_in = [arg for _, _, arg in plan.direct_in]
         direct = {off for off, _, _ in plan.direct_in}
@@ -338,42 +364,188 @@ class Call:
 
 def _threaded(module, plan, args, serial):
     """The replay of a one-group trace whose loop is long: blocks of the loop on
-    ``tj.get_num_threads()`` threads (the functions release the GIL).  Blocks whose
-    gradient writes overlap (slices at different starts) run in two waves, even blocks
-    then odd ones; each block's sums go to its row of ``partial``, added in block order."""
+    ``tj.get_num_threads()`` threads (``_blocks``), between its prologue and epilogue."""
     v, g, floats, seed_vals = args
     m = plan.groups[0].m
     lo, hi = plan.spans()
-    overlap = hi > lo
-    columns = max(1, len(plan.accumulators()))
     prologue, part, epilogue = module.prologue, module.part, module.epilogue
-    partials = {}
+    partials = {"columns": max(1, len(plan.accumulators()))}
 
     def call(ins, outs):
         threads = executor.THREADS
         if threads == 1:
             return serial(ins, outs)
-        blocks = 2 * threads if overlap else threads
-        if m // blocks <= hi - lo:
-            return serial(ins, outs)   # blocks two apart would write the same gradient elements
-        partial = partials.get(blocks)
-        if partial is None:
-            partial = partials[blocks] = np.zeros((blocks, columns))
-        if _pool[1] < threads - 1:
-            _pool[:] = [ThreadPoolExecutor(threads - 1, thread_name_prefix="tapejit-tier2"), threads - 1]
-        pool = _pool[0]
         prologue(v, g, floats, seed_vals, ins, outs)
-        bounds = [m * k // blocks for k in range(blocks + 1)]
-        waves = (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),)
-        for wave in waves:
-            first, *others = wave
-            futures = [pool.submit(part, v, g, floats, ins, outs, bounds[k], bounds[k + 1], partial, k)
-                       for k in others]
-            part(v, g, floats, ins, outs, bounds[first], bounds[first + 1], partial, first)
-            for f in futures:
-                f.result()
+        partial = _blocks(part, (v, g, floats, ins, outs), m, lo, hi, threads, partials)
         return epilogue(v, g, floats, ins, outs, partial)
     return call
+
+
+def _blocks(part, args, m, lo, hi, threads, partials):
+    """Long loop ``part`` (``m`` elements, gradient writes at ``lo .. hi`` from each element)
+    in blocks on ``threads`` threads (the functions release the GIL).  Blocks whose
+    gradient writes overlap (slices at different starts) run in two waves, even blocks
+    then odd ones; each block's sums go to its row of ``partial`` (returned; the caller
+    adds them in block order).  ``partials``: {blocks: partial} kept between calls, and
+    the number of ``"columns"``."""
+    overlap = hi > lo
+    blocks = 2 * threads if overlap else threads
+    if threads == 1 or m // blocks <= hi - lo:
+        blocks = 1    # (blocks two apart would write the same gradient elements)
+    partial = partials.get(blocks)
+    if partial is None:
+        partial = partials[blocks] = np.zeros((blocks, partials["columns"]))
+    if blocks == 1:
+        part(*args, 0, m, partial, 0)
+        return partial
+    bounds = [m * k // blocks for k in range(blocks + 1)]
+    pool = _workers(threads - 1)
+    for wave in (range(0, blocks, 2), range(1, blocks, 2)) if overlap else (range(blocks),):
+        if not wave:
+            continue
+        first, *others = wave
+        futures = [pool.submit(part, *args, bounds[k], bounds[k + 1], partial, k) for k in others]
+        part(*args, bounds[first], bounds[first + 1], partial, first)
+        for f in futures:
+            f.result()
+    return partial
+
+
+def _split(module, args):
+    """The replay of a trace of several steps with long loops: its segments in order, each
+    long loop between them in blocks on ``tj.get_num_threads()`` threads (one block on one
+    thread: ``run``'s bits; the sums of a loop depend on its number of blocks, as
+    ``_threaded``'s)."""
+    v, g, flags, floats, ints, seed_vals = args
+    segments = [getattr(module, f"seg{k}") for k in range(len(module.SPLIT) + 1)]
+    loops = [(getattr(module, f"part{k}"), m, lo, hi, {"columns": columns})
+             for k, (m, lo, hi, columns) in enumerate(module.SPLIT)]
+    nothing = np.zeros((1, 1))
+
+    def call(ins, outs):
+        threads = executor.THREADS
+        result = segments[0](v, g, flags, floats, ints, seed_vals, ins, outs, nothing)
+        for segment, (part, m, lo, hi, partials) in zip(segments[1:], loops):
+            partial = _blocks(part, (v, g, floats, ins, outs), m, lo, hi, threads, partials)
+            result = segment(v, g, flags, floats, ints, seed_vals, ins, outs, partial)
+        return result
+    return call
+
+
+def _workers(n):
+    """The thread pool of tier 2's blocks, with at least ``n`` workers."""
+    if _pool[1] < n:
+        _pool[:] = [ThreadPoolExecutor(n, thread_name_prefix="tapejit-tier2"), n]
+    return _pool[0]
+
+
+# ---- compiled.batch -------------------------------------------------------------------------
+
+#: Elements of a block's values and adjoints (8192 float64: 64 KB, close to a core's L1
+#: cache; measured on Rosenbrock's rows, 11 elements each: blocks of 128 or 256 rows run
+#: 1.5x faster than blocks of 512), and the least and most rows of a block: a power of two.
+ROWS_BLOCK_ELEMENTS = 1 << 13
+ROWS_MIN_WIDTH = 16
+ROWS_MAX_WIDTH = 512
+_rows_of = weakref.WeakKeyDictionary()   # Frozen -> Rows
+_rows_lock = threading.Lock()
+
+
+class Rows:
+    """``compiled.batch``'s tier 2 for one frozen trace (``fused.generate_rows``): its state
+    as ``Tier2``'s, and once ready the compiled ``rows`` function."""
+    __slots__ = ("state", "reason", "key", "seconds", "cached", "fn", "width", "base", "seed_values")
+
+    def __init__(self, state, reason=None):
+        self.state = state       # off | ineligible | compiling | ready | failed
+        self.reason = reason
+        self.key = None
+        self.seconds = None
+        self.cached = None
+        self.fn = None
+        self.width = None
+        self.base = None         # arena slot -> its number in a block (fused._RowsWriter.base)
+        self.seed_values = None
+
+    def stats(self):
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.cached}
+
+    def ready(self, module, seconds, cached):
+        self.seconds, self.cached = seconds, cached
+        width = ROWS_MAX_WIDTH
+        while width > ROWS_MIN_WIDTH and 2 * module.ROW_ELEMENTS * width > ROWS_BLOCK_ELEMENTS:
+            width //= 2
+        self.width = width
+        self.fn = module.rows
+        self.state = "ready"
+
+    def failed(self, reason):
+        self.state = "failed"
+        self.reason = reason
+
+
+def rows_stats(frozen):
+    """``Rows.stats()`` of ``frozen``, or None before its first batch."""
+    found = _rows_of.get(frozen)
+    return found.stats() if found is not None else None
+
+
+def _rows_for(frozen, mode):
+    """``frozen``'s ``Rows``, made (and its compile started, see ``attach``) at its first batch."""
+    with _rows_lock:
+        found = _rows_of.get(frozen)
+        if found is not None:
+            return found
+        if mode is False:
+            found = Rows("off", "tier2=False")
+        else:
+            try:
+                plan, source, base = fused.generate_rows(frozen)
+            except fused.Ineligible as e:
+                found = Rows("ineligible", str(e))
+            else:
+                found = Rows("compiling")
+                found.key = fused.key(source)
+                found.base = base
+                found.seed_values = plan.seed_values
+        _rows_of[frozen] = found
+    if found.state == "compiling":
+        _start(found, source, plan.dtype.name, mode)
+    return found
+
+
+def run_rows(frozen, mode, v0, in_at, xs, out_at, ys, grad_at, gxs):
+    """``compiled.batch`` of ``frozen`` by its tier-2 function (``batch.py``'s arguments:
+    ``xs``, ``ys``, ``gxs`` the batched arguments, values and gradients, a row per row of
+    the batch; ``*_at`` their (slot, column, count)); False if it is not ready (tier 1's
+    paths run the batch then), or ineligible, or a slot of these is not a row slot of the
+    function (a result that is a parameter).  Blocks of rows are shared out to
+    ``tj.get_num_threads()`` threads; rows are independent, so the thread count changes no
+    bit of the results."""
+    found = _rows_of.get(frozen) or _rows_for(frozen, mode)
+    fn = found.fn
+    if fn is None:
+        return False
+    dense = []
+    for at in (in_at, out_at, grad_at):
+        at = at.copy()
+        try:
+            at[:, 0] = [found.base[slot] for slot in at[:, 0].tolist()]
+        except KeyError:
+            return False
+        dense.append(at)
+    tape = frozen.tape
+    width = found.width
+    blocks = -(-xs.shape[0] // width)
+    shares = max(1, min(blocks, executor.THREADS))
+    bounds = [blocks * k // shares for k in range(shares + 1)]
+    args = (v0, tape.floats[frozen.arena], found.seed_values, xs, dense[0], ys, dense[1], gxs, dense[2], width)
+    futures = [_workers(shares - 1).submit(fn, *args, bounds[k], bounds[k + 1]) for k in range(1, shares)]
+    fn(*args, bounds[0], bounds[1])
+    for f in futures:
+        f.result()
+    return True
 
 
 def lowest_priority():
