@@ -1140,6 +1140,25 @@ def test_results_from_labels_grads_and_new_constants():
         two_reads(tj.full((2,), 2.0, dtype=tj.float64))
 
 
+def test_batch_gradient_of_an_argument_no_gradient_reaches_is_zero_as_torch(batch_path):
+    """torch.func.vmap(grad(f, argnums=(0, 1))) gives zeros for ``y``, which ``f`` never reads."""
+    f = tj.compile(tj.grad(lambda x, y: (x * x).sum(), argnums=(0, 1)))
+    xs, ys = np.random.default_rng(3).uniform(-1, 1, (6, 3)), np.ones((6, 2))
+    gx, gy = f.batch(xs, ys)
+    np.testing.assert_allclose(gx, 2 * xs)
+    assert gy.shape == (6, 2) and not gy.any()
+    g = tj.compile(tj.value_and_grad(lambda x, y: (x * y[0]).sum(), argnums=(0, 1)))
+    _, (gx, gy) = g.batch(xs, ys)           # y[1] is never read
+    np.testing.assert_allclose(gx, np.ones((6, 3)))
+    np.testing.assert_allclose(gy, np.stack([xs.sum(1), np.zeros(6)], 1))
+
+
+def test_batch_of_zero_rows_says_it_needs_one_to_trace():
+    f = tj.compile(tj.value_and_grad(lambda x: (x * x).sum()))
+    with pytest.raises(CompileError, match="0 rows.*at least one"):
+        f.batch(np.zeros((0, 3)))
+
+
 def test_batch_refuses_integer_and_keyword_arrays():
     f = tj.compile(tj.value_and_grad(lambda x, k: (x * x).sum() * k.sum()))
     with pytest.raises(CompileError, match="integer"):

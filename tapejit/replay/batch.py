@@ -68,6 +68,9 @@ def run_batch(compiled, stacked, kwargs):
             arrays.append(None)   # a static argument, the same for every row
     if batch is None:
         raise CompileError(f"{name}.batch: no argument has a batch axis")
+    if batch == 0:
+        raise CompileError(f"{name}.batch: the batch has 0 rows; batch() traces the function on its first "
+                           f"row, so it needs at least one")
     first = [x[0] if x is not None else s for x, s in zip(arrays, stacked)]
     if functional is None:
         first = [_concrete(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in first]
@@ -118,7 +121,8 @@ def run_batch(compiled, stacked, kwargs):
         out_slots, grad_at, grad_shapes = _forward_layout(compiled, entry)
     out_at = np.array([(off, col, n) for off, col, n, _ in out_slots], np.int64).reshape(-1, 3)
     outputs = np.zeros((batch, sum(n for _, _, n, _ in out_slots)), dt)
-    grads = np.zeros((batch, sum(n for _, _, n in grad_at)), dt)
+    # (a column per element of every differentiated argument: one no gradient reaches stays 0)
+    grads = np.zeros((batch, sum(n for _, _, n in grad_shapes.values()) if grad_shapes else 0), dt)
     grad_at = np.array(grad_at, np.int64).reshape(-1, 3)
     # (None for a trace with chunked runs, whose single replays run run by run: its seeds are
     # the same)
