@@ -517,12 +517,14 @@ COUNTING = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow   # compiles the arith group and the row module for float32 too
 def test_the_fixture_compiles_ahead_and_pins_one_thread(plugin_run, pytester):
     pytester.makeini("[pytest]\ntapejit_groups = arith\n")
     pytester.makepyfile(COUNTING + WARM_TEST.format(threads=1))
     plugin_run().assert_outcomes(passed=2)
 
 
+@pytest.mark.slow   # compiles the arith group and the row module for float32 too
 def test_the_fixture_takes_its_threads_from_the_command_line(plugin_run, pytester):
     pytester.makeini("[pytest]\ntapejit_groups = arith\ntapejit_threads = 3\n")
     pytester.makepyfile(COUNTING + WARM_TEST.format(threads=2))
