@@ -17,6 +17,11 @@ finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background th
 ``mode="sync"`` compiles in the calling thread before the first replay (tests);
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
 
+Never slower: with ``mode=True``, once tier 2 is loaded the trace's next calls run tier 2
+and tier 1 in turn, timed whole (``Trial``, from ``Compiled.__call__``), and the faster
+tier stays; ``stats()["decision"]`` says which and both times.  ``mode="sync"`` runs
+tier 2 without a trial, so tests always exercise it.
+
 ``compiled.batch`` has a tier 2 of its own (``fused.generate_rows``), started the same way
 at a trace's first batch (``run_rows``) and run, once ready, in blocks of rows on
 ``tj.get_num_threads()`` threads.
@@ -80,9 +85,20 @@ def check_mode(mode):
     return mode
 
 
+#: Timed calls of each tier in a trial after its first call on that tier (a warm-up, not
+#: counted); the medians decide.
+TRIAL_CALLS = 3
+#: A trial whose trace is not called while this many other calls of its function are
+#: timed ends with what it has measured (tier 2 stays if it has too few).
+TRIAL_PATIENCE = 64
+_clock = time.perf_counter    # tests inject their timings here
+_NO_TRIALS = {}
+
+
 class Tier2:
     """Tier 2's state for one frozen trace (``stats()`` reports it)."""
-    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "__weakref__")
+    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "trials", "decision",
+                 "__weakref__")
 
     def __init__(self, state, reason=None):
         self.state = state       # off | ineligible | compiling | ready | failed
@@ -92,20 +108,30 @@ class Tier2:
         self.frozen = None
         self.seconds = None      # from the trace to tier 2 loaded
         self.cached = None       # whether it was loaded from the disk cache, with no compile
+        self.trials = None       # the compiled function's pending trials (``Trial``), or None: no trial
+        self.decision = None     # "measuring", "kept (...)", "dropped: slower (...)", or why not measured
 
     def stats(self):
         return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
-                "from_cache": self.cached}
+                "from_cache": self.cached, "decision": self.decision}
 
     def ready(self, module, seconds, cached):
-        """The compiled functions are loaded: later replays of ``frozen`` run them."""
+        """The compiled functions are loaded: later replays of ``frozen`` run them (after a
+        trial against tier 1, see ``Trial``, unless compiled with ``mode="sync"``)."""
         frozen = self.frozen
         self.seconds = seconds
         self.cached = cached
         if frozen is None:
             return
         self.frozen = None       # the trace keeps this object, not the reverse
-        frozen.tier2_call = Call(module, self.plan, frozen)
+        call = Call(module, self.plan, frozen)
+        trials, self.trials = self.trials, None
+        if trials is None:
+            self.decision = "not measured (tier2='sync': no trial)"
+        else:
+            self.decision = "measuring"
+            trials[id(frozen)] = Trial(self, frozen, call)
+        frozen.tier2_call = call
         self.state = "ready"
 
     def failed(self, reason):
@@ -147,8 +173,85 @@ class _Job:
             self._tell(tier2)
 
 
-def attach(frozen, mode):
-    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``."""
+class Trial:
+    """The calls of a trace after its tier 2 is loaded in the background: tier 2 and tier 1
+    in turn (``frozen.tier2_call`` set or None), each call timed whole by ``timed_call``;
+    after ``TRIAL_CALLS`` counted calls of each, the tier of the lower median stays and the
+    trial ends, so later calls pay nothing for it."""
+    __slots__ = ("tier2", "frozen", "call", "times", "turn", "saved_tier", "idle")
+
+    def __init__(self, tier2, frozen, call):
+        self.tier2, self.frozen, self.call = tier2, frozen, call
+        self.times = {1: [], 2: []}
+        self.turn = 2
+        self.saved_tier = None
+        self.idle = 0
+
+    def before(self):
+        """Before a call of the function: this trace's next replay runs the tier of its turn
+        (it sets ``last_tier``, so ``after`` knows whether it ran)."""
+        frozen = self.frozen
+        frozen.tier2_call = self.call if self.turn == 2 else None
+        self.saved_tier, frozen.last_tier = frozen.last_tier, None
+
+    def after(self, seconds):
+        """After the call (``seconds`` it took, None if it raised); True when decided."""
+        frozen = self.frozen
+        ran = frozen.last_tier
+        if ran is None:    # another trace's call
+            frozen.last_tier = self.saved_tier
+            self.idle += 1
+            return self.idle >= TRIAL_PATIENCE and self.decide()
+        if seconds is not None and ran == self.turn:
+            self.times[ran].append(seconds)
+            self.turn = 3 - ran
+        if min(len(self.times[1]), len(self.times[2])) > TRIAL_CALLS:
+            return self.decide()
+        return False
+
+    def decide(self):
+        counted = {tier: sorted(times[1:]) for tier, times in self.times.items()}
+        tier2 = self.tier2
+        if not counted[1] or not counted[2]:
+            self.frozen.tier2_call = self.call
+            tier2.decision = "kept (not measured: its trace was not called)"
+        else:
+            t1, t2 = (float(np.median(counted[tier])) for tier in (1, 2))
+            both = f"{t2 * 1e3:.3g} ms vs {t1 * 1e3:.3g} ms on tier 1"
+            if t2 > t1:
+                self.frozen.tier2_call = None
+                tier2.decision = f"dropped: slower ({both})"
+            else:
+                self.frozen.tier2_call = self.call
+                tier2.decision = f"kept ({both})"
+        self.frozen = self.call = None
+        return True
+
+
+def timed_call(compiled, trials, args, kwargs):
+    """``compiled(*args, **kwargs)`` while ``trials`` (``Compiled._trials``: {id(frozen):
+    Trial}) are pending: timed, and told to each trial."""
+    compiled._trials = _NO_TRIALS       # the call itself runs as any other
+    pending = list(trials.items())
+    for _, trial in pending:
+        trial.before()
+    seconds = None
+    try:
+        start = _clock()
+        result = compiled(*args, **kwargs)
+        seconds = _clock() - start
+    finally:
+        compiled._trials = trials
+        for key, trial in pending:
+            if trial.after(seconds):
+                trials.pop(key, None)
+    return result
+
+
+def attach(frozen, mode, trials=None):
+    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``.  ``trials``:
+    the compiled function's pending trials, where ``mode=True`` registers the trace's
+    (``Trial``) once tier 2 is loaded."""
     if mode is False:
         frozen.tier2 = Tier2("off", "tier2=False")
         return
@@ -161,6 +264,8 @@ def attach(frozen, mode):
     tier2.plan = plan
     tier2.key = fused.key(source)
     tier2.frozen = frozen
+    if mode is True:
+        tier2.trials = trials
     frozen.tier2 = tier2
     _start(tier2, source, plan.dtype.name, mode)
 
