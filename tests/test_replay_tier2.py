@@ -311,3 +311,32 @@ def test_background_tier_2_stays_only_if_its_first_calls_are_faster(monkeypatch,
     synced = tj.compile(tj.value_and_grad(rosen), tier2="sync")
     synced(x)
     assert synced.stats()["tier2"][0]["decision"].startswith("not measured") and not synced._trials
+
+
+def test_a_trace_another_process_is_compiling_waits_and_loads_its_cache():
+    """Two processes missing the cache for one trace at once compile it once: the second
+    waits on ``t2_<key>.lock`` (held here, as the first process holds it while it compiles)
+    and then loads what the first cached (from_cache True), running tier 1 meanwhile."""
+    from tapejit.replay import tier2
+    x = np.linspace(-1.0, 1.0, 41)
+    expected = tj.compile(tj.value_and_grad(_child_function), tier2=False)(x)
+    traced = tj.compile(tj.value_and_grad(_child_function), tier2=False)
+    traced(x)
+    _, source = fused.generate(next(iter(traced.traces.values())).frozen)
+    key = fused.key(source)
+    folder = tier2._folder()
+    for path in glob.glob(os.path.join(folder, "**", f"t2_{key}*"), recursive=True):
+        os.unlink(path)
+    with tier2.cache_lock(os.path.join(folder, f"t2_{key}.lock")):   # the first process
+        compiled = tj.compile(tj.value_and_grad(_child_function), tier2=True)
+        _close(expected, compiled(x), 1e-14)
+        time.sleep(0.2)
+        assert compiled.stats()["tier2"][0]["state"] == "compiling"
+        _close(expected, compiled(x), 1e-14)
+        assert compiled.stats()["tier"] == [1]
+        tier2._write_and_load(folder, key, source, "float64", True)     # its compile
+    deadline = time.time() + 60
+    while compiled.stats()["tier2"][0]["state"] == "compiling" and time.time() < deadline:
+        time.sleep(0.02)
+    assert compiled.stats()["tier2"][0]["from_cache"] is True, compiled.stats()["tier2"]
+    _close(expected, compiled(x), 1e-14)

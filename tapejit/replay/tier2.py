@@ -14,6 +14,9 @@ caller's waits for it and loads the compiled functions (a cache load, no compile
 then every replay runs tier 1, and the replay after the load runs tier 2: the caller polls
 nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second process
 finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
+Processes that miss the cache for one key at once compile it once: each writes, compiles
+and loads it holding the lock file ``t2_<key>.lock`` (``cache_lock``), so the later ones
+find the marker and only load.
 ``mode="sync"`` compiles in the calling thread before the first replay (tests);
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
 
@@ -26,6 +29,7 @@ tier 2 without a trial, so tests always exercise it.
 at a trace's first batch (``run_rows``) and run, once ready, in blocks of rows on
 ``tj.get_num_threads()`` threads.
 """
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -307,39 +311,34 @@ def _folder():
     return _numba_load.private_dir(os.path.join(_numba_load.cache_dir(), "tier2"))
 
 
+@contextlib.contextmanager
+def cache_lock(path):
+    """Hold the lock file ``path`` (``flock``, exclusive): processes that missed the cache
+    for the same compiled code at once take turns, and the later ones load what the first
+    one cached (where there is no ``fcntl``, each compiles).  Also ``rows.py``'s."""
+    try:
+        import fcntl
+        lock = open(path, "ab")
+    except (ImportError, OSError):
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file closes, or the process ends
+        yield
+    finally:
+        if lock is not None:
+            lock.close()
+
+
 def _build(job, source, dtype, in_process):
     """Write the module, compile it (here or in a child process) unless the cache has it,
-    and load it; tells the job's traces."""
+    and load it, holding ``t2_<key>.lock`` (another process compiling it finishes first);
+    tells the job's traces."""
     start = time.perf_counter()
     try:
         folder = _folder()
-        _numba_load.private_dir(os.path.join(folder, "__pycache__"))
-        path = os.path.join(folder, f"t2_{job.key}.py")
-        marker = path[:-3] + ".ok"
-        text = source.encode()
-        try:
-            with open(path, "rb") as f:
-                current = f.read()
-        except OSError:
-            current = None
-        if current != text:
-            # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
-            try:
-                os.unlink(marker)
-            except OSError:
-                pass
-            _numba_load.write_atomically(path, text)
-        stamp = _machine_stamp()
-        try:
-            with open(marker, "rb") as f:
-                cached = f.read() == stamp
-        except OSError:
-            cached = False
-        if not cached and not in_process:
-            _compile_in_child(path, dtype)
-        module = _load(path, dtype)
-        if not cached:
-            _numba_load.write_atomically(marker, stamp)
+        with cache_lock(os.path.join(folder, f"t2_{job.key}.lock")):
+            module, cached = _write_and_load(folder, job.key, source, dtype, in_process)
     except Exception as e:   # tier 1 goes on; stats() says why
         job.finish(error=f"{type(e).__name__}: {e}")
         if in_process:
@@ -348,6 +347,38 @@ def _build(job, source, dtype, in_process):
                                               f"({type(e).__name__}: {e}); its replays stay on tier 1.")
         return
     job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
+
+
+def _write_and_load(folder, key, source, dtype, in_process):
+    """``_build``'s work under the lock: ``(module, whether the cache had it)``."""
+    _numba_load.private_dir(os.path.join(folder, "__pycache__"))
+    path = os.path.join(folder, f"t2_{key}.py")
+    marker = path[:-3] + ".ok"
+    text = source.encode()
+    try:
+        with open(path, "rb") as f:
+            current = f.read()
+    except OSError:
+        current = None
+    if current != text:
+        # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass
+        _numba_load.write_atomically(path, text)
+    stamp = _machine_stamp()
+    try:
+        with open(marker, "rb") as f:
+            cached = f.read() == stamp
+    except OSError:
+        cached = False
+    if not cached and not in_process:
+        _compile_in_child(path, dtype)
+    module = _load(path, dtype)
+    if not cached:
+        _numba_load.write_atomically(marker, stamp)
+    return module, cached
 
 
 def _machine_stamp():
