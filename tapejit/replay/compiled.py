@@ -221,7 +221,8 @@ class Compiled:
     def stats(self):
         """Traces, records per trace and bytes of buffers; per trace, the tier its last replay
         ran (1, 2, or None before any) and tier 2's state (``tier2.py``): off, ineligible,
-        compiling, ready or failed, why, and its compile time in seconds; how its last
+        compiling, ready or failed, why, its compile time in seconds, and whether it was
+        kept after timing its first calls against tier 1 (``decision``); how its last
         ``batch()`` ran and the state of the row module and of batch's tier 2 for it
         (``batch.stats``; None before any)."""
         entries = list(self.traces.values())
