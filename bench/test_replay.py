@@ -20,7 +20,8 @@ Every row is checked before it is timed, and its timed result again after:
 * B: one replayed step from the shared initial parameters equals the hand-written NumPy
   step (loss and SGD update), and training lowers the loss.
 * C: value and gradient equal ``math.fsum`` and ``scipy.optimize.rosen_der``; the batch
-  equals single replays row by row, and ``rosen_der``.
+  equals single replays row by row, and ``rosen_der``.  The tanh-heavy trace's replays on
+  both tiers equal eager ``tj.value_and_grad``.
 """
 import os
 import time
@@ -395,6 +396,39 @@ def test_background_compile_first_calls(peer, benchmark):
     check_rosen(out, x, f"{peer}: Rosenbrock value and gradient after the first calls")
     benchmark.extra_info["slowest_call_s"] = max(slowest)
     benchmark.extra_info["calls_on_tier2"] = on_tier2
+
+
+#: the tanh-heavy trace's elements
+TANH_N = 100_000
+
+
+def tanh_heavy(x):
+    """Transcendentals in a loop whose values later loops read through slices: tier 2 runs
+    its backward in a loop of its own (fused.py's ``remembered`` values)."""
+    y = np.tanh(0.5 * x + 0.1) / (1.0 + np.exp(-x))
+    return np.sum((y[1:] - y[:-1]) ** 2) + np.sum(np.exp(-x * x)) + np.sum(y)
+
+
+@pytest.mark.parametrize("peer", ("tapejit", "tapejit_tier2"))
+def test_tanh_heavy_replay(peer, benchmark):
+    """Tier 1 against tier 2 (compiled before timing) on a trace of several loops whose
+    first one gets gradients from the later ones, one thread: tier 2 no slower."""
+    tj = load_row(peer).tl
+    x = np.linspace(-2.0, 2.0, TANH_N)
+    want_value, want_grad = tj.value_and_grad(tanh_heavy)(x)       # eager
+    fn = tj.compile(tj.value_and_grad(tanh_heavy), tier2="sync" if peer == "tapejit_tier2" else False)
+    fn(x)
+    before = tj.get_num_threads()
+    tj.set_num_threads(1)
+    try:
+        benchmark.group = T.GROUP_C_TANH.format(n=TANH_N)
+        value, grad = benchmark.pedantic(fn, args=(x,), rounds=C_BIG_ROUNDS, warmup_rounds=1, iterations=1)
+    finally:
+        tj.set_num_threads(before)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-12 * np.abs(want_grad).max())
+    only_trace(fn)
+    assert fn.stats()["tier"] == [2 if peer == "tapejit_tier2" else 1], fn.stats()
 
 
 @numba.njit(parallel=True, cache=True)

@@ -123,6 +123,8 @@ def test_slices_of_computed_values_and_a_sum_read_back_split_into_loops():
     _close(tier1, tier2, 1e-13)
     plan = _plan(compiled)
     assert len(plan.groups) >= 3 and not all(g.fused for g in plan.groups)
+    # y's backward loop reads exp's values back (stored by its forward loop), recomputes the rest
+    assert sorted(plan.ops[r].name for r, row in enumerate(plan.rows) if row[1] in plan.remembered) == ["exp"]
 
 
 def test_training_step_delivers_gradients_to_parameters():
@@ -264,3 +266,80 @@ def test_torch_style_step_equals_tier_1_in_float32():
     args = (np.linspace(-1.0, 1.0, 8).astype(np.float32), np.linspace(0.5, 2.0, 8).astype(np.float32))
     tier1, tier2, _ = _both_tiers(f, *args, argnums=(0, 1))
     _close(tier1, tier2, 1e-6)
+
+
+class _FakeClock:
+    """``tier2._clock`` for a trial: each replay of ``frozen`` takes ``cost[tier]`` seconds
+    (the clock is read before a timed call, when the trial has reset ``last_tier``, and after)."""
+
+    def __init__(self, cost):
+        self.cost, self.now, self.frozen = cost, 0.0, None
+
+    def __call__(self):
+        tier = self.frozen.last_tier if self.frozen is not None else None
+        if tier is not None:
+            self.now += self.cost[tier]
+        return self.now
+
+
+@pytest.mark.parametrize("cost, kept", [({1: 1e-3, 2: 3e-3}, False), ({1: 3e-3, 2: 1e-3}, True)])
+def test_background_tier_2_stays_only_if_its_first_calls_are_faster(monkeypatch, cost, kept):
+    """After tier 2 loads, the first calls alternate tiers, timed; the faster stays and the
+    trial ends (no timing on later calls).  Timings injected; results are tier 1's either way."""
+    from tapejit.replay import tier2
+    x = np.linspace(-1.0, 1.5, 50)
+    expected = tj.compile(tj.value_and_grad(rosen), tier2=False)(x)
+    tj.compile(tj.value_and_grad(rosen), tier2="sync")(x)   # loaded here: the next trace finds it ready
+    clock = _FakeClock(cost)
+    monkeypatch.setattr(tier2, "_clock", clock)
+    compiled = tj.compile(tj.value_and_grad(rosen), tier2=True)
+    compiled(x)
+    clock.frozen = next(iter(compiled.traces.values())).frozen
+    assert compiled.stats()["tier2"][0]["decision"] == "measuring"
+    tiers = []
+    for _ in range(2 * (tier2.TRIAL_CALLS + 1)):
+        _close(expected, compiled(x), 1e-13)
+        tiers.append(compiled.stats()["tier"][0])
+    assert tiers == [2, 1] * (tier2.TRIAL_CALLS + 1)
+    assert not compiled._trials
+    decision = compiled.stats()["tier2"][0]["decision"]
+    if kept:
+        assert decision == "kept (1 ms vs 3 ms on tier 1)"
+    else:
+        assert decision == "dropped: slower (3 ms vs 1 ms on tier 1)"
+    _close(expected, compiled(x), 1e-13)
+    assert compiled.stats()["tier"] == [2 if kept else 1]
+    # tier2="sync" (tests) runs tier 2 with no trial
+    synced = tj.compile(tj.value_and_grad(rosen), tier2="sync")
+    synced(x)
+    assert synced.stats()["tier2"][0]["decision"].startswith("not measured") and not synced._trials
+
+
+def test_a_trace_another_process_is_compiling_waits_and_loads_its_cache():
+    """Two processes missing the cache for one trace at once compile it once: the second
+    waits on ``t2_<key>.lock`` (held here, as the first process holds it while it compiles)
+    and then loads what the first cached (from_cache True), running tier 1 meanwhile."""
+    pytest.importorskip("fcntl")      # (without it each process compiles)
+    from tapejit.replay import tier2
+    x = np.linspace(-1.0, 1.0, 41)
+    expected = tj.compile(tj.value_and_grad(_child_function), tier2=False)(x)
+    traced = tj.compile(tj.value_and_grad(_child_function), tier2=False)
+    traced(x)
+    _, source = fused.generate(next(iter(traced.traces.values())).frozen)
+    key = fused.key(source)
+    folder = tier2._folder()
+    for path in glob.glob(os.path.join(folder, "**", f"t2_{key}*"), recursive=True):
+        os.unlink(path)
+    with tier2.cache_lock(os.path.join(folder, f"t2_{key}.lock")):   # the first process
+        compiled = tj.compile(tj.value_and_grad(_child_function), tier2=True)
+        _close(expected, compiled(x), 1e-14)
+        time.sleep(0.2)
+        assert compiled.stats()["tier2"][0]["state"] == "compiling"
+        _close(expected, compiled(x), 1e-14)
+        assert compiled.stats()["tier"] == [1]
+        tier2._write_and_load(folder, key, source, "float64", True)     # its compile
+    deadline = time.time() + 60
+    while compiled.stats()["tier2"][0]["state"] == "compiling" and time.time() < deadline:
+        time.sleep(0.02)
+    assert compiled.stats()["tier2"][0]["from_cache"] is True, compiled.stats()["tier2"]
+    _close(expected, compiled(x), 1e-14)

@@ -197,6 +197,9 @@ class Compiled:
         self._warned = False
         self._label_positions = frozenset()
         self._one_array = None   # a shortcut for value_and_grad(f)(x) with one array x
+        # Traces whose tier 2 just loaded, timed against tier 1 (tier2.Trial); _trials is
+        # this dict, or an empty one while a timed call runs.
+        self._pending_trials = self._trials = {}
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __repr__(self):
@@ -218,7 +221,8 @@ class Compiled:
     def stats(self):
         """Traces, records per trace and bytes of buffers; per trace, the tier its last replay
         ran (1, 2, or None before any) and tier 2's state (``tier2.py``): off, ineligible,
-        compiling, ready or failed, why, and its compile time in seconds; how its last
+        compiling, ready or failed, why, its compile time in seconds, and whether it was
+        kept after timing its first calls against tier 1 (``decision``); how its last
         ``batch()`` ran and the state of the row module and of batch's tier 2 for it
         (``batch.stats``; None before any)."""
         entries = list(self.traces.values())
@@ -233,6 +237,8 @@ class Compiled:
     # ---- calls ----------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
+        if self._trials:                 # tier 2 just loaded: which tier is faster (tier2.Trial)
+            return _tier2.timed_call(self, self._trials, args, kwargs)
         one = self._one_array
         if one is not None and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
             result = one(args[0])       # f(x) of one float array: the numeric scripts' call
@@ -368,7 +374,7 @@ class Compiled:
         frozen = Frozen(trace, arg_of, output.roots)
         entry = _Entry(frozen, output)
         if not output.differentiable:   # a differentiable call's replays run the sweeps (function.py)
-            _tier2.attach(frozen, self.tier2)
+            _tier2.attach(frozen, self.tier2, self._pending_trials)
         entry.label_patches = [p for p in trace.label_patches if p.position in labels.patchable(trace)]
         if output.differentiable:
             from tapejit.replay.function import DifferentiableCall   # ~1.5 ms of start-up, for tj.grad only
@@ -423,7 +429,7 @@ class Compiled:
             output = _Output(trace, arg_of, aux)
         roots = output.roots + [(out._dtype.arena, out._off)]
         frozen = Frozen(trace, arg_of, roots)
-        _tier2.attach(frozen, self.tier2)
+        _tier2.attach(frozen, self.tier2, self._pending_trials)
         # Where each differentiated argument's gradient is after a replay (absent: unused, zero).
         slots = {}
         for event in frozen.events:

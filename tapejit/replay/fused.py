@@ -12,7 +12,8 @@ Gradients.  A group whose results get no gradient from a later group (a loss: it
 adjoint is the seed of its sum) runs its backward pass in the same loop, right after
 each element's forward values.  Other groups run their backward loop in the backward
 phase, newest first, recomputing the element's forward values in registers from the
-inputs in memory.  Rules are inlined with ``_inline.inline`` as ``codegen.py`` inlines
+inputs in memory, except the values of transcendentals (exp, tanh, log, ...), which the
+forward loop stores and the backward loop reads back (``Plan.remembered``).  Rules are inlined with ``_inline.inline`` as ``codegen.py`` inlines
 them into the sweeps, and each value and adjoint is rounded to the arena's dtype where
 tier 1 stores it, so results match tier 1 to the last bits except in the order in which
 a slot's gradient terms and a sum's elements are added (a sum accumulates in float64).
@@ -139,6 +140,28 @@ def _flags_only_claimed(fn):
             and parent[node].func.id == "claim" and parent[node].args[:1] == [node]
             for node in ast.walk(tree)
             if isinstance(node, ast.Name) and node.id == flags and isinstance(node.ctx, ast.Load))
+    return known
+
+
+#: Calls a value rule may make that cost about a multiply or a divide: a backward loop
+#: recomputes their values; any other call (exp, log, tanh, erf, ...) or a power is
+#: *expensive*: its value is stored by the forward loop and read back (``Plan.remembered``).
+_CHEAP_CALLS = frozenset({"abs", "np.abs", "np.isnan", "np.isinf", "np.floor", "np.ceil", "np.trunc", "np.rint",
+                          "np.maximum", "np.minimum", "np.sqrt", "math.copysign", "min", "max", "float"})
+_expensive_rules = {}
+
+
+def _expensive(fn):
+    """Whether value rule ``fn`` calls a transcendental (or raises to a power): measured on
+    a trace whose tanh/exp loop has a backward loop of its own (bench/test_replay.py's
+    tanh-heavy row), reading a stored value back costs less than computing it again,
+    while recomputing arithmetic (even a divide) costs less than the memory traffic."""
+    known = _expensive_rules.get(fn)
+    if known is None:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn.py_func)))
+        known = _expensive_rules[fn] = any(
+            (isinstance(node, ast.Call) and ast.unparse(node.func) not in _CHEAP_CALLS)
+            or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)) for node in ast.walk(tree))
     return known
 
 
@@ -336,6 +359,11 @@ class Plan:
         seeded = {off for off, _ in self.seeds}
         for g in self.groups:
             g.fused = not (g.made | ({self.rows[g.sum][1]} if g.sum is not None else set())) & self.grad_from_outside
+        # Values of expensive rules in a group with a backward loop of its own: the forward
+        # loop stores them (in their arena slots) and the backward loop reads them back.
+        self.remembered = {self.rows[r][1] for g in self.groups if not g.fused for r in g.records
+                           if _kind(self.ops[r]) in ("unary", "binary") and _expensive(self.ops[r].value)
+                           } if self.seeds else set()
         self.zeroed = sorted(self.grad_from_outside - seeded)
 
     # ---- facts --------------------------------------------------------------------------
@@ -443,6 +471,9 @@ class _Writer:
                     operand = self._operand(group, r, 2, lines, ind)
                     lines.append(f"{ind}{self._acc(f'acc{r}')} += {operand}  # r{r} {op.name}")
                 continue
+            if not store and out in plan.remembered:
+                lines.append(f"{ind}x{out} = {self._v(out, 'i')}  # r{r} {op.name}, stored by the forward loop")
+                continue
             if kind == "copy":
                 src = _decode(row[2])
                 start = ~row[3]
@@ -458,7 +489,7 @@ class _Writer:
                 lines.append(f"{ind}# r{r} {op.name}")
                 lines += [ind + s for s in inline(op.value, args, f"{pre}z", pre)]
                 lines.append(f"{ind}x{out} = {self.dt}({pre}z)")
-            if store and out in plan.stored:
+            if store and (out in plan.stored or out in plan.remembered):
                 lines.append(f"{ind}{self._v(out, 'i')} = x{out}")
         return lines
 

@@ -756,18 +756,8 @@ def compile_alone(dtype):
     while its first run's compile goes on) take turns: the later ones load what the first
     one cached (where there is no ``fcntl``, each compiles)."""
     tier2.lowest_priority()
-    try:
-        import fcntl
-        lock = open(os.path.join(_numba_load.cache_dir(), f"rows.{dtype}.lock"), "ab")
-    except (ImportError, OSError):
-        lock = None
-    try:
-        if lock is not None:
-            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file closes, or the process ends
+    with tier2.cache_lock(os.path.join(_numba_load.cache_dir(), f"rows.{dtype}.lock")):
         warm(dtype)
-    finally:
-        if lock is not None:
-            lock.close()
 
 
 if __name__ == "__main__":

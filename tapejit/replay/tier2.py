@@ -14,13 +14,22 @@ caller's waits for it and loads the compiled functions (a cache load, no compile
 then every replay runs tier 1, and the replay after the load runs tier 2: the caller polls
 nothing, it reads one attribute (``Frozen.tier2_call``) per replay.  A second process
 finds ``t2_<key>.ok`` and loads tier 2 at its first replay (in the background thread too).
+Processes that miss the cache for one key at once compile it once: each writes, compiles
+and loads it holding the lock file ``t2_<key>.lock`` (``cache_lock``), so the later ones
+find the marker and only load.
 ``mode="sync"`` compiles in the calling thread before the first replay (tests);
 ``mode=False`` keeps tier 1.  ``TAPEJIT_TIER2`` (``off``, ``sync``) sets the default.
+
+Never slower: with ``mode=True``, once tier 2 is loaded the trace's next calls run tier 2
+and tier 1 in turn, timed whole (``Trial``, from ``Compiled.__call__``), and the faster
+tier stays; ``stats()["decision"]`` says which and both times.  ``mode="sync"`` runs
+tier 2 without a trial, so tests always exercise it.
 
 ``compiled.batch`` has a tier 2 of its own (``fused.generate_rows``), started the same way
 at a trace's first batch (``run_rows``) and run, once ready, in blocks of rows on
 ``tj.get_num_threads()`` threads.
 """
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -80,9 +89,20 @@ def check_mode(mode):
     return mode
 
 
+#: Timed calls of each tier in a trial after its first call on that tier (a warm-up, not
+#: counted); the medians decide.
+TRIAL_CALLS = 3
+#: A trial whose trace is not called while this many other calls of its function are
+#: timed ends with what it has measured (tier 2 stays if it has too few).
+TRIAL_PATIENCE = 64
+_clock = time.perf_counter    # tests inject their timings here
+_NO_TRIALS = {}
+
+
 class Tier2:
     """Tier 2's state for one frozen trace (``stats()`` reports it)."""
-    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "__weakref__")
+    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "trials", "decision",
+                 "__weakref__")
 
     def __init__(self, state, reason=None):
         self.state = state       # off | ineligible | compiling | ready | failed
@@ -92,20 +112,30 @@ class Tier2:
         self.frozen = None
         self.seconds = None      # from the trace to tier 2 loaded
         self.cached = None       # whether it was loaded from the disk cache, with no compile
+        self.trials = None       # the compiled function's pending trials (``Trial``), or None: no trial
+        self.decision = None     # "measuring", "kept (...)", "dropped: slower (...)", or why not measured
 
     def stats(self):
         return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
-                "from_cache": self.cached}
+                "from_cache": self.cached, "decision": self.decision}
 
     def ready(self, module, seconds, cached):
-        """The compiled functions are loaded: later replays of ``frozen`` run them."""
+        """The compiled functions are loaded: later replays of ``frozen`` run them (after a
+        trial against tier 1, see ``Trial``, unless compiled with ``mode="sync"``)."""
         frozen = self.frozen
         self.seconds = seconds
         self.cached = cached
         if frozen is None:
             return
         self.frozen = None       # the trace keeps this object, not the reverse
-        frozen.tier2_call = Call(module, self.plan, frozen)
+        call = Call(module, self.plan, frozen)
+        trials, self.trials = self.trials, None
+        if trials is None:
+            self.decision = "not measured (tier2='sync': no trial)"
+        else:
+            self.decision = "measuring"
+            trials[id(frozen)] = Trial(self, frozen, call)
+        frozen.tier2_call = call
         self.state = "ready"
 
     def failed(self, reason):
@@ -147,8 +177,85 @@ class _Job:
             self._tell(tier2)
 
 
-def attach(frozen, mode):
-    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``."""
+class Trial:
+    """The calls of a trace after its tier 2 is loaded in the background: tier 2 and tier 1
+    in turn (``frozen.tier2_call`` set or None), each call timed whole by ``timed_call``;
+    after ``TRIAL_CALLS`` counted calls of each, the tier of the lower median stays and the
+    trial ends, so later calls pay nothing for it."""
+    __slots__ = ("tier2", "frozen", "call", "times", "turn", "saved_tier", "idle")
+
+    def __init__(self, tier2, frozen, call):
+        self.tier2, self.frozen, self.call = tier2, frozen, call
+        self.times = {1: [], 2: []}
+        self.turn = 2
+        self.saved_tier = None
+        self.idle = 0
+
+    def before(self):
+        """Before a call of the function: this trace's next replay runs the tier of its turn
+        (it sets ``last_tier``, so ``after`` knows whether it ran)."""
+        frozen = self.frozen
+        frozen.tier2_call = self.call if self.turn == 2 else None
+        self.saved_tier, frozen.last_tier = frozen.last_tier, None
+
+    def after(self, seconds):
+        """After the call (``seconds`` it took, None if it raised); True when decided."""
+        frozen = self.frozen
+        ran = frozen.last_tier
+        if ran is None:    # another trace's call
+            frozen.last_tier = self.saved_tier
+            self.idle += 1
+            return self.idle >= TRIAL_PATIENCE and self.decide()
+        if seconds is not None and ran == self.turn:
+            self.times[ran].append(seconds)
+            self.turn = 3 - ran
+        if min(len(self.times[1]), len(self.times[2])) > TRIAL_CALLS:
+            return self.decide()
+        return False
+
+    def decide(self):
+        counted = {tier: sorted(times[1:]) for tier, times in self.times.items()}
+        tier2 = self.tier2
+        if not counted[1] or not counted[2]:
+            self.frozen.tier2_call = self.call
+            tier2.decision = "kept (not measured: its trace was not called)"
+        else:
+            t1, t2 = (float(np.median(counted[tier])) for tier in (1, 2))
+            both = f"{t2 * 1e3:.3g} ms vs {t1 * 1e3:.3g} ms on tier 1"
+            if t2 > t1:
+                self.frozen.tier2_call = None
+                tier2.decision = f"dropped: slower ({both})"
+            else:
+                self.frozen.tier2_call = self.call
+                tier2.decision = f"kept ({both})"
+        self.frozen = self.call = None
+        return True
+
+
+def timed_call(compiled, trials, args, kwargs):
+    """``compiled(*args, **kwargs)`` while ``trials`` (``Compiled._trials``: {id(frozen):
+    Trial}) are pending: timed, and told to each trial."""
+    compiled._trials = _NO_TRIALS       # the call itself runs as any other
+    pending = list(trials.items())
+    for _, trial in pending:
+        trial.before()
+    seconds = None
+    try:
+        start = _clock()
+        result = compiled(*args, **kwargs)
+        seconds = _clock() - start
+    finally:
+        compiled._trials = trials
+        for key, trial in pending:
+            if trial.after(seconds):
+                trials.pop(key, None)
+    return result
+
+
+def attach(frozen, mode, trials=None):
+    """Tier 2 for ``frozen`` (see the module docstring); sets ``frozen.tier2``.  ``trials``:
+    the compiled function's pending trials, where ``mode=True`` registers the trace's
+    (``Trial``) once tier 2 is loaded."""
     if mode is False:
         frozen.tier2 = Tier2("off", "tier2=False")
         return
@@ -161,6 +268,8 @@ def attach(frozen, mode):
     tier2.plan = plan
     tier2.key = fused.key(source)
     tier2.frozen = frozen
+    if mode is True:
+        tier2.trials = trials
     frozen.tier2 = tier2
     _start(tier2, source, plan.dtype.name, mode)
 
@@ -202,39 +311,34 @@ def _folder():
     return _numba_load.private_dir(os.path.join(_numba_load.cache_dir(), "tier2"))
 
 
+@contextlib.contextmanager
+def cache_lock(path):
+    """Hold the lock file ``path`` (``flock``, exclusive): processes that missed the cache
+    for the same compiled code at once take turns, and the later ones load what the first
+    one cached (where there is no ``fcntl``, each compiles).  Also ``rows.py``'s."""
+    try:
+        import fcntl
+        lock = open(path, "ab")
+    except (ImportError, OSError):
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file closes, or the process ends
+        yield
+    finally:
+        if lock is not None:
+            lock.close()
+
+
 def _build(job, source, dtype, in_process):
     """Write the module, compile it (here or in a child process) unless the cache has it,
-    and load it; tells the job's traces."""
+    and load it, holding ``t2_<key>.lock`` (another process compiling it finishes first);
+    tells the job's traces."""
     start = time.perf_counter()
     try:
         folder = _folder()
-        _numba_load.private_dir(os.path.join(folder, "__pycache__"))
-        path = os.path.join(folder, f"t2_{job.key}.py")
-        marker = path[:-3] + ".ok"
-        text = source.encode()
-        try:
-            with open(path, "rb") as f:
-                current = f.read()
-        except OSError:
-            current = None
-        if current != text:
-            # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
-            try:
-                os.unlink(marker)
-            except OSError:
-                pass
-            _numba_load.write_atomically(path, text)
-        stamp = _machine_stamp()
-        try:
-            with open(marker, "rb") as f:
-                cached = f.read() == stamp
-        except OSError:
-            cached = False
-        if not cached and not in_process:
-            _compile_in_child(path, dtype)
-        module = _load(path, dtype)
-        if not cached:
-            _numba_load.write_atomically(marker, stamp)
+        with cache_lock(os.path.join(folder, f"t2_{job.key}.lock")):
+            module, cached = _write_and_load(folder, job.key, source, dtype, in_process)
     except Exception as e:   # tier 1 goes on; stats() says why
         job.finish(error=f"{type(e).__name__}: {e}")
         if in_process:
@@ -243,6 +347,38 @@ def _build(job, source, dtype, in_process):
                                               f"({type(e).__name__}: {e}); its replays stay on tier 1.")
         return
     job.finish(module=module, seconds=round(time.perf_counter() - start, 3), cached=cached)
+
+
+def _write_and_load(folder, key, source, dtype, in_process):
+    """``_build``'s work under the lock: ``(module, whether the cache had it)``."""
+    _numba_load.private_dir(os.path.join(folder, "__pycache__"))
+    path = os.path.join(folder, f"t2_{key}.py")
+    marker = path[:-3] + ".ok"
+    text = source.encode()
+    try:
+        with open(path, "rb") as f:
+            current = f.read()
+    except OSError:
+        current = None
+    if current != text:
+        # a new file, so any marker beside it is stale (its cache is keyed by the file's stamp)
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass
+        _numba_load.write_atomically(path, text)
+    stamp = _machine_stamp()
+    try:
+        with open(marker, "rb") as f:
+            cached = f.read() == stamp
+    except OSError:
+        cached = False
+    if not cached and not in_process:
+        _compile_in_child(path, dtype)
+    module = _load(path, dtype)
+    if not cached:
+        _numba_load.write_atomically(marker, stamp)
+    return module, cached
 
 
 def _machine_stamp():
