@@ -20,7 +20,7 @@ from tapejit import executor, registry
 from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
 from tapejit.dependencies import dependencies, listed_operands
-from tapejit.replay.optimize import optimize
+from tapejit.replay.optimize import alias_copies, optimize
 from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
@@ -145,10 +145,18 @@ class Frozen:
         self.last_tier = None
         self.sweeps = sweeps()
         d = self.arena
+        self.replay_rec = tape.rec[:tape.nrec]   # the records the single compiled call runs
         if self._fast is not None:
+            seed_at, seed_vals, clear = self._fast[0], self._fast[1], self.load_outs[d]
+            aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]))
+            if aliases is not None:   # copies read in place (optimize.py): zero their sources first
+                self.replay_rec = aliases.rec
+                seed_at = np.concatenate([aliases.zero_at, seed_at])
+                seed_vals = np.concatenate([np.zeros(aliases.zero_at[:, 1].sum(), seed_vals.dtype), seed_vals])
+                clear = np.concatenate([clear, aliases.clear])
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
-            self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
-                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d],
+            self._fast_args = (self.replay_rec, len(self.replay_rec), tape.vals[d], tape.adj[d], tape.flags[d],
+                               tape.freed, tape.ints, tape.floats[d], seed_at, seed_vals, clear,
                                self.sweeps.table(d))
 
     def deliveries(self, seeds, only=None):
@@ -168,16 +176,27 @@ class Frozen:
             found.append((d, off, src._numel, src._shape, arg, None if arg is not None else src))
         return found
 
+    def _reached(self, seed_at):
+        """Per arena, the slots a backward sweep from the slots ``seed_at`` (rows of offset,
+        count in this trace's arena) reaches."""
+        tape = self.tape
+        seeds = [(self.arena, int(off)) for off, _ in seed_at]
+        return dependencies(tape.rec[:tape.nrec], tape.ints, [len(v) for v in tape.vals], seeds,
+                            grads_only=True)[1]
+
     # ---- facts ----------------------------------------------------------------------------
 
     @property
     def records(self):
-        return self.tape.nrec
+        """Records a replay runs (the single compiled call's, when it runs one)."""
+        return len(self.replay_rec)
 
     @property
     def nbytes(self):
         t = self.tape
         arrays = [t.rec, t.ints, t.freed] + list(t.floats) + list(t.vals) + list(t.adj) + list(t.flags)
+        if self.replay_rec.base is not t.rec:
+            arrays.append(self.replay_rec)
         return sum(a.nbytes for a in arrays)
 
     def _fast_path(self):
