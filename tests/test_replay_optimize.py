@@ -199,8 +199,8 @@ def test_noise_arguments_with_equal_values_stay_apart():
 def _step_replays(fn, inputs, aliasing, monkeypatch):
     """``fn``'s training-style step (``backward`` of ``(fn(*xs) * u).sum()``, returning
     ``fn``'s detached result) on tier 1, traced then replayed on fresh leaves, with copies
-    aliased or kept.  Returns the replay's value, the leaves' gradients, the replayed and the
-    frozen record counts and ``u``."""
+    aliased or kept.  Returns the replay's value, the leaves' gradients, the records replayed,
+    the frozen trace and ``u``."""
     monkeypatch.setattr(optimize, "aliasing", aliasing)
     shape = tuple(fn(tj, *[tj.tensor(x) for x in inputs]).shape)
     u = np.linspace(-1.0, 2.0, int(np.prod(shape))).reshape(shape).astype(inputs[0].dtype)
@@ -215,7 +215,8 @@ def _step_replays(fn, inputs, aliasing, monkeypatch):
         leaves = [tj.tensor(x, requires_grad=True) for x in inputs]
         value = compiled(*leaves).numpy()
     (entry,) = compiled.traces.values()
-    return value, [x.grad.numpy() for x in leaves], compiled.stats()["records"][0], entry.frozen.tape.nrec, u
+    assert entry.frozen.last_tier == 1
+    return value, [x.grad.numpy() for x in leaves], compiled.stats()["records"][0], entry.frozen, u
 
 
 def _rows_and_scalars(tl, x):
@@ -247,9 +248,9 @@ def test_aliased_copies_keep_values_and_gradients(fn, dtype, monkeypatch):
     """Copies read in place give the values and gradients of the replay that keeps them, bit
     for bit, and torch's; fewer records replay."""
     x = np.array([0.5, -1.25, 2.0, 0.75, -0.5, 1.5, 0.25], dtype)
-    value, grads, records, frozen_records, u = _step_replays(fn, [x], True, monkeypatch)
+    value, grads, records, trace, u = _step_replays(fn, [x], True, monkeypatch)
     kept_value, kept_grads, kept_records, _, _ = _step_replays(fn, [x], False, monkeypatch)
-    assert records < kept_records == frozen_records
+    assert records < kept_records == trace.tape.nrec
     assert value.dtype == dtype and grads[0].dtype == dtype
     np.testing.assert_array_equal(value, kept_value)
     np.testing.assert_array_equal(grads[0], kept_grads[0])
@@ -284,3 +285,32 @@ def test_a_copy_that_is_a_result_keeps_its_record(monkeypatch):
     assert second.item() == -1.25
     np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-15)
     np.testing.assert_allclose(leaf.grad.numpy(), xt.grad.numpy(), rtol=1e-15)
+
+
+def _scalar_ops(tl, x):
+    # every op of codegen.FAST_OPS on one-element records (a * a: one slot read twice; a
+    # detached operand; x * c: a broadcast, run by the op's sweep), and a vector record
+    a, b, c = x
+    d = (a * b) / (a - b.detach()) + (c + 2.0) * 3.0
+    e = tl.nn.functional.softplus(d * a) + (b * c).exp() + a * a
+    return tl.stack([d, e, (x * c).sum()]) + x * 0.5
+
+
+def test_inline_replay_of_scalars_equals_the_sweeps(monkeypatch):
+    """A replay running one-element records of the common elementwise ops inline
+    (``replay_inline``, for long traces of scalars) gives the bits of the replay calling each
+    op's sweep, and torch's values and gradients."""
+    from tapejit.replay import frozen
+    x = np.array([0.75, -1.5, 0.25])
+    results = []
+    for inline_min in (0, 10 ** 9):
+        monkeypatch.setattr(frozen, "INLINE_MIN", inline_min)
+        value, grads, _, trace, u = _step_replays(_scalar_ops, [x], True, monkeypatch)
+        assert (trace.replay_sweep is trace.sweeps.replay_inline) == (inline_min == 0)
+        results.append((value, grads[0]))
+    (value, grad), (want_value, want_grad) = results
+    np.testing.assert_array_equal(value, want_value)
+    np.testing.assert_array_equal(grad, want_grad)
+    torch_value, torch_grads = _torch_result(_scalar_ops, [x], u)
+    np.testing.assert_allclose(value, torch_value, rtol=1e-14, atol=0)
+    np.testing.assert_allclose(grad, torch_grads[0], rtol=1e-14, atol=0)

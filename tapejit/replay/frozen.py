@@ -26,6 +26,8 @@ from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
 
 _LOAD = None
+#: single-element records of codegen.FAST_OPS from which a replay runs them inline
+INLINE_MIN = 1_000
 
 
 def _load_opcode():
@@ -146,6 +148,7 @@ class Frozen:
         self.sweeps = sweeps()
         d = self.arena
         self.replay_rec = tape.rec[:tape.nrec]   # the records the single compiled call runs
+        self.replay_sweep = self.sweeps.replay   # ... and that call
         if self._fast is not None:
             seed_at, seed_vals, clear = self._fast[0], self._fast[1], self.load_outs[d]
             aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]))
@@ -154,6 +157,11 @@ class Frozen:
                 seed_at = np.concatenate([aliases.zero_at, seed_at])
                 seed_vals = np.concatenate([np.zeros(aliases.zero_at[:, 1].sum(), seed_vals.dtype), seed_vals])
                 clear = np.concatenate([clear, aliases.clear])
+            # A long trace of scalars runs its common elementwise records inline (codegen.FAST_OPS):
+            # worth the inline entry point's compile (a second or two, once per machine).
+            scalars = (self.replay_rec[:, 4] == 1) & self.sweeps.inline_ops[self.replay_rec[:, 0] >> 1]
+            if np.count_nonzero(scalars) >= INLINE_MIN:
+                self.replay_sweep = self.sweeps.replay_inline
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
             self._fast_args = (self.replay_rec, len(self.replay_rec), tape.vals[d], tape.adj[d], tape.flags[d],
                                tape.freed, tape.ints, tape.floats[d], seed_at, seed_vals, clear,
@@ -253,7 +261,7 @@ class Frozen:
             self.last_tier = 2
         elif fast:    # forward, seed and backward in one compiled call
             self.refresh(inputs)
-            self.check(self.sweeps.replay(*self._fast_args))
+            self.check(self.replay_sweep(*self._fast_args))
             self.last_tier = 1
         else:
             self.refresh(inputs)
