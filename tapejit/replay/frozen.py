@@ -151,7 +151,9 @@ class Frozen:
         self.replay_sweep = self.sweeps.replay   # ... and that call
         if self._fast is not None:
             seed_at, seed_vals, clear = self._fast[0], self._fast[1], self.load_outs[d]
-            aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]))
+            if self._listed is None:
+                self._listed = listed_operands(self.replay_rec, tape.ints)
+            aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]), self._listed)
             if aliases is not None:   # copies read in place (optimize.py): zero their sources first
                 self.replay_rec = aliases.rec
                 seed_at = np.concatenate([aliases.zero_at, seed_at])
@@ -190,7 +192,7 @@ class Frozen:
         tape = self.tape
         seeds = [(self.arena, int(off)) for off, _ in seed_at]
         return dependencies(tape.rec[:tape.nrec], tape.ints, [len(v) for v in tape.vals], seeds,
-                            grads_only=True)[1]
+                            grads_only=True, listed=self._listed)[1]
 
     # ---- facts ----------------------------------------------------------------------------
 

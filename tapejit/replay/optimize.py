@@ -102,8 +102,15 @@ def _field_table():
     return _FIELDS
 
 
+_COLUMNS = None
+
+
 def _fields_of(code):
-    return _FIELD_COLUMNS[tuple(_field_table()[code >> 1])]
+    """The fields (2: a, 3: b) of record code ``code`` that hold operand slots."""
+    global _COLUMNS
+    if _COLUMNS is None or len(_COLUMNS) != len(registry.OPS):
+        _COLUMNS = [_FIELD_COLUMNS[tuple(row)] for row in _field_table().tolist()]
+    return _COLUMNS[code >> 1]
 
 
 _FIELD_COLUMNS = {(False, False): (), (True, False): (2,), (False, True): (3,), (True, True): (2, 3)}
@@ -321,16 +328,17 @@ class Aliases:
 
 
 def _listed_positions(op):
-    """``f(ints, p) -> (block length, positions of the operands)`` for the ops whose listed
-    operands ``alias_copies`` rewrites; None for the others (a copy they read stays)."""
-    if op is ADD_N:
-        return lambda ints, p: (2 + int(ints[p]), [p + 2 + j for j in range(int(ints[p]))])
+    """``f(k) -> (block length, operand positions in the block)`` for an op whose listed
+    operands ``alias_copies`` rewrites (``k = ints[p]``, the number of operands); None for
+    the others (a copy they read stays)."""
+    if op is ADD_N:                                        # [k, n, operand * k]
+        return lambda k: (2 + k, range(2, 2 + k))
     if op.forward is CAT.forward or op is STACK_SOFTMAX:   # [k, outer, (operand, inner) * k]
-        return lambda ints, p: (2 + 2 * int(ints[p]), [p + 2 + 2 * j for j in range(int(ints[p]))])
+        return lambda k: (2 + 2 * k, range(2, 2 + 2 * k, 2))
     return None
 
 
-def alias_copies(tape, rec, live, reached):
+def alias_copies(tape, rec, live, reached, listed):
     """``Aliases`` for ``rec`` (a frozen trace's records, run by one compiled call on one
     arena dtype), or None when no copy goes.
 
@@ -347,40 +355,43 @@ def alias_copies(tape, rec, live, reached):
     backward does not run.  A copy that sends a gradient goes only if no other record sends
     one to the elements it reads (``_read_alone``): its readers' terms then reach each
     element in the order the copy's backward added them, so gradients stay bit for bit
-    (a replay of a batch row, which keeps the copies, has the same bits).  A copy stays if it is a result or seed (``live``), is read
-    through a listed operand this pass does not rewrite (linear's bias, ...), or its range
-    starts at offset 0 (a field ~0 is -1, "no operand")."""
+    (a replay of a batch row, which keeps the copies, has the same bits).  A copy stays if
+    it is a result or seed (``live``), is read through a listed operand this pass does not
+    rewrite (linear's bias, ...), or its range starts at offset 0 (a field ~0 is -1, "no
+    operand").  ``listed``: ``listed_operands(rec, tape.ints)``."""
     if not (enabled and aliasing) or len(rec) < 2:
         return None
     ops = registry.OPS
-    copy = np.array([op.forward is RESHAPE.forward for op in ops])
+    copy = [op.forward is RESHAPE.forward for op in ops]
     codes = rec[:, 0] >> 1
-    if not copy[codes].any() or (codes == CAST.opcode).any():   # (one arena: no casts)
+    if not np.array(copy)[codes].any() or (codes == CAST.opcode).any():   # (one arena: no casts)
         return None
     positions = [_listed_positions(op) if op.listed is not None else None for op in ops]
     blocked = set(live)    # (arena, slot): copies that stay
-    listed_at, fields = listed_operands(rec, tape.ints)
+    listed_at, fields = listed
     for r in np.flatnonzero(np.diff(listed_at)).tolist():
         if positions[codes[r]] is None:
             d = int(rec[r, 0] & 1)
             blocked.update((d, _decode(int(f))) for f in fields[listed_at[r]:listed_at[r + 1]])
     ints = tape.ints
     rows = rec.tolist()
+    listed_at, fields = listed_at.tolist(), fields.tolist()
     alone = _read_alone(rows, copy, listed_at, fields)
+    columns = [_fields_of(op.opcode << 1) for op in ops]
     base = tape.nints + len(tape.pints)
     new_ints = []
     alias = {}    # (arena, out of a dropped copy) -> (root, offset it reads, takes a gradient)
     roots = {}    # (arena, root) -> its size
     starts = {}   # (arena, root) -> the offsets inside it that a gradient is sent to
-    kept = []
+    kept = []     # the kept records' fields, flat (NumPy converts that faster than rows)
     for r, row in enumerate(rows):
         code, out, a, b, p, q = row
         d = code & 1
         op = code >> 1
         if alias:
-            for col in _fields_of(code):
+            for col in columns[op]:
                 field = row[col]
-                hit = alias.get((d, _decode(field)))
+                hit = alias.get((d, field if field >= 0 else ~field))
                 if hit is not None:
                     root, at, grad = hit
                     if field >= 0 and grad:
@@ -389,27 +400,24 @@ def alias_copies(tape, rec, live, reached):
                     else:
                         row[col] = ~at
             where = positions[op]
-            if where is not None:
-                length, operands = where(ints, p)
-                block = None
+            if where is not None and any((d, f if f >= 0 else ~f) in alias
+                                         for f in fields[listed_at[r]:listed_at[r + 1]]):
+                length, operands = where(int(ints[p]))
+                block = ints[p:p + length].tolist()
                 for k in operands:
-                    field = int(ints[k])
-                    hit = alias.get((d, _decode(field)))
-                    if hit is None:
-                        continue
-                    if block is None:
-                        block = ints[p:p + length].tolist()
-                    root, at, grad = hit
-                    if field >= 0 and grad:
-                        block[k - p] = at
-                        starts[d, root].add(at)
-                    else:
-                        block[k - p] = ~at
-                if block is not None:
-                    row[4] = base + len(new_ints)
-                    new_ints += block
+                    field = block[k]
+                    hit = alias.get((d, field if field >= 0 else ~field))
+                    if hit is not None:
+                        root, at, grad = hit
+                        if field >= 0 and grad:
+                            block[k] = at
+                            starts[d, root].add(at)
+                        else:
+                            block[k] = ~at
+                row[4] = base + len(new_ints)
+                new_ints += block
         if copy[op] and p > 0 and (d, out) not in blocked and (a < 0 or r in alone):
-            source = _decode(a)   # the field as recorded: a dropped copy's out, or a root
+            source = a if a >= 0 else ~a   # the field as recorded: a dropped copy's out, or a root
             hit = alias.get((d, source))
             if hit is not None:
                 root, at, grad = hit[0], hit[1] + ~b, hit[2] and a >= 0
@@ -421,7 +429,7 @@ def alias_copies(tape, rec, live, reached):
                     starts[d, root] = set()
                 alias[d, out] = (root, at, grad)
                 continue
-        kept.append(row)
+        kept += row
     if not alias:
         return None
     if new_ints:
@@ -458,10 +466,11 @@ def _read_alone(rows, copy, listed_at, fields):
             found = reads.get((d, row[col]))   # (a field < 0 sends no gradient: never found)
             if found is not None:
                 found.append((0, whole, r))
-        for k in range(listed_at[r], listed_at[r + 1]):
-            found = reads.get((d, int(fields[k])))
-            if found is not None:
-                found.append((0, whole, r))
+        if listed_at[r] != listed_at[r + 1]:
+            for field in fields[listed_at[r]:listed_at[r + 1]]:
+                found = reads.get((d, field))
+                if found is not None:
+                    found.append((0, whole, r))
     alone = set()
     for found in reads.values():
         found.sort()
