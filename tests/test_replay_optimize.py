@@ -296,12 +296,13 @@ def _scalar_ops(tl, x):
     return tl.stack([d, e, (x * c).sum()]) + x * 0.5
 
 
-def test_inline_replay_of_scalars_equals_the_sweeps(monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_inline_replay_of_scalars_equals_the_sweeps(dtype, monkeypatch):
     """A replay running one-element records of the common elementwise ops inline
     (``replay_inline``, for long traces of scalars) gives the bits of the replay calling each
     op's sweep, and torch's values and gradients."""
     from tapejit.replay import frozen
-    x = np.array([0.75, -1.5, 0.25])
+    x = np.array([0.75, -1.5, 0.25], dtype)
     results = []
     for inline_min in (0, 10 ** 9):
         monkeypatch.setattr(frozen, "INLINE_MIN", inline_min)
@@ -309,8 +310,10 @@ def test_inline_replay_of_scalars_equals_the_sweeps(monkeypatch):
         assert (trace.replay_sweep is trace.sweeps.replay_inline) == (inline_min == 0)
         results.append((value, grads[0]))
     (value, grad), (want_value, want_grad) = results
+    assert value.dtype == grad.dtype == dtype
     np.testing.assert_array_equal(value, want_value)
     np.testing.assert_array_equal(grad, want_grad)
     torch_value, torch_grads = _torch_result(_scalar_ops, [x], u)
-    np.testing.assert_allclose(value, torch_value, rtol=1e-14, atol=0)
-    np.testing.assert_allclose(grad, torch_grads[0], rtol=1e-14, atol=0)
+    tol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(value, torch_value, rtol=tol, atol=0)
+    np.testing.assert_allclose(grad, torch_grads[0], rtol=tol, atol=0)
