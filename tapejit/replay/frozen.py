@@ -150,7 +150,7 @@ class Frozen:
         self.replay_rec = tape.rec[:tape.nrec]   # the records the single compiled call runs
         self.replay_sweep = self.sweeps.replay   # ... and that call
         if self._fast is not None:
-            seed_at, seed_vals, clear = self._fast[0], self._fast[1], self.load_outs[d]
+            seed_at, seed_vals = self._fast
             if self._listed is None:
                 self._listed = listed_operands(self.replay_rec, tape.ints)
             aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]), self._listed)
@@ -158,7 +158,7 @@ class Frozen:
                 self.replay_rec = aliases.rec
                 seed_at = np.concatenate([aliases.zero_at, seed_at])
                 seed_vals = np.concatenate([np.zeros(aliases.zero_at[:, 1].sum(), seed_vals.dtype), seed_vals])
-                clear = np.concatenate([clear, aliases.clear])
+                tape.flags[d][aliases.flag_at] = 1
             # A long trace of scalars runs its common elementwise records inline (codegen.FAST_OPS):
             # worth the inline entry point's compile (a second or two, once per machine).
             scalars = (self.replay_rec[:, 4] == 1) & self.sweeps.inline_ops[self.replay_rec[:, 0] >> 1]
@@ -166,7 +166,7 @@ class Frozen:
                 self.replay_sweep = self.sweeps.replay_inline
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
             self._fast_args = (self.replay_rec, len(self.replay_rec), tape.vals[d], tape.adj[d], tape.flags[d],
-                               tape.freed, tape.ints, tape.floats[d], seed_at, seed_vals, clear,
+                               tape.freed, tape.ints, tape.floats[d], seed_at, seed_vals, self.load_outs[d],
                                self.sweeps.table(d))
 
     def deliveries(self, seeds, only=None):

@@ -320,11 +320,11 @@ class Aliases:
     """The records of the single compiled replay (``Frozen``'s ``replay`` call) with copies
     of contiguous ranges dropped (``alias_copies``), and what that call must add to its
     seeds: ``zero_at`` rows ``(offset, count)`` of adjoint ranges to zero and flag before the
-    backward sweep, ``clear`` the offsets whose flags it must clear after."""
-    __slots__ = ("rec", "zero_at", "clear")
+    backward sweep; and ``flag_at``, offsets inside them whose flags stay set for good."""
+    __slots__ = ("rec", "zero_at", "flag_at")
 
-    def __init__(self, rec, zero_at, clear):
-        self.rec, self.zero_at, self.clear = rec, zero_at, clear
+    def __init__(self, rec, zero_at, flag_at):
+        self.rec, self.zero_at, self.flag_at = rec, zero_at, flag_at
 
 
 def _listed_positions(op):
@@ -346,10 +346,11 @@ def alias_copies(tape, rec, live, reached, listed):
     writes ``v[out + i] = v[a + start + i]``, and a slot is written by one record only (an
     in-place op records a new slot), so its readers may read ``a + start`` instead; a chain of
     copies resolves to the first source (the *root*).  Their backward then adds straight into
-    the root's adjoint range: the replay zeroes that range and sets the flags of the root
-    and of every offset read inside it before the backward sweep (``zero_at``), so that every
-    contribution adds, whatever the order and overlap of the reads, and the root's own
-    backward runs on the whole range -- as the copies' backward did.  Only roots the backward
+    the root's adjoint range: the replay zeroes that range and sets the root's flag before
+    the backward sweep (``zero_at``), so that the root's own backward runs on the whole
+    range, as after the copies' backward.  An offset read inside it has a flag no record
+    clears (no record writes there): set once (``flag_at``), it makes every contribution
+    add, as the copies' backward added, whatever the order and overlap of the reads.  Only roots the backward
     reaches (``reached``: per arena, the slots a backward from the seeds reaches, in
     ``rec``'s own graph) are zeroed: a root no gradient reaches keeps its flag clear and its
     backward does not run.  A copy that sends a gradient goes only if no other record sends
@@ -434,16 +435,15 @@ def alias_copies(tape, rec, live, reached, listed):
         return None
     if new_ints:
         tape.add_int_array(np.array(new_ints, np.int64))
-    zero_at, clear = [], []
+    zero_at, flag_at = [], []
     for (d, root), inside in starts.items():
         if not inside or not reached[d][root]:
             continue
         zero_at.append((root, roots[d, root]))
         for at in sorted(inside - {root}):
-            zero_at.append((at, 1))
-            clear.append(at)
+            flag_at.append(at)
     return Aliases(np.array(kept, np.int64).reshape(-1, 6), np.array(zero_at, np.int64).reshape(-1, 2),
-                   np.array(clear, np.int64))
+                   np.array(flag_at, np.int64))
 
 
 def _read_alone(rows, copy, listed_at, fields):
