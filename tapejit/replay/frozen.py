@@ -9,7 +9,10 @@ effect -- and constants made inside ``fn``, which stay as they are in the arena.
 
 ``Frozen.run`` is one replay: refresh the loads, then (the usual case: one float dtype,
 one backward from a scalar) a single compiled call runs the forward sweep, seeds the
-root and runs the backward sweep; Python then hands gradients to the leaves.  Buffers
+root and runs the backward sweep; Python then hands gradients to the leaves.  That call
+runs ``replay_rec``: the records with copies of contiguous ranges read in place
+(``optimize.alias_copies``); other replays (two dtypes, ``tj.compile(model)``'s node,
+batches, tier 2) run ``tape.rec``, which keeps them.  Buffers
 belong to the trace, so a replay allocates nothing but its results.
 """
 import threading
@@ -153,7 +156,7 @@ class Frozen:
             seed_at, seed_vals = self._fast
             if self._listed is None:
                 self._listed = listed_operands(self.replay_rec, tape.ints)
-            aliases = alias_copies(tape, self.replay_rec, live, self._reached(self._fast[0]), self._listed)
+            aliases = alias_copies(tape, self.replay_rec, live, self._reached(seed_at), self._listed)
             if aliases is not None:   # copies read in place (optimize.py): zero their sources first
                 self.replay_rec = aliases.rec
                 seed_at = np.concatenate([aliases.zero_at, seed_at])
