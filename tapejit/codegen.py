@@ -9,7 +9,7 @@ user's cache directory, never the installed package), which Numba compiles and c
   one kernel share one), its ``forward_<op>``, ``backward_<op>`` and, if chunked runs may
   hold it, ``backward_elementwise_<op>`` sweep over a run of its records (``units``).
 * ``sweeps.py``: the entry points that Python calls (``forward``, ``backward``, the
-  chunked runs', ``replay``, ``replay_batch``).  They walk the records and call each run's
+  chunked runs', ``replay``, ``replay_inline``, ``replay_batch``).  They walk the records and call each run's
   compiled op sweep through its address, from a table per arena dtype (``Sweeps.table``).
   An entry still 0 there is loaded when a sweep first meets the op: the entry point calls
   ``load_unit`` (through a C pointer in the table), which loads the op's sweep from the
@@ -604,8 +604,9 @@ def entry_source(digest=None):
     backward = "".join(_ENTRY_BACKWARD.format(name=name, kind=kind, kind_name=KINDS[kind], fast=fast)
                        for name, kind, fast in (("backward", BACKWARD, ""), ("backward_elementwise", ELEMENTWISE, ""),
                                                 ("backward_inline", BACKWARD, _fast_backward())))
-    replay = "".join(_ENTRY_REPLAY.format(name=name, forward=f"forward{suffix}", backward=f"backward{suffix}").strip("\n")
-                     + "\n\n\n" for name, suffix in (("replay", ""), ("replay_inline", "_inline")))
+    replay = "".join(_ENTRY_REPLAY.format(name=name, forward=f"forward{suffix}",
+                                          backward=f"backward{suffix}").strip("\n") + "\n\n\n"
+                     for name, suffix in (("replay", ""), ("replay_inline", "_inline")))
     return _ENTRY.format(digest=digest, load=registry.BY_NAME["load"].opcode,
                          cast=registry.BY_NAME["cast"].opcode, loader=LOADER, forward=forward, backward=backward,
                          replay=replay, fast_table=_fast_table())

@@ -350,10 +350,10 @@ def alias_copies(tape, rec, live, reached, listed):
     the backward sweep (``zero_at``), so that the root's own backward runs on the whole
     range, as after the copies' backward.  An offset read inside it has a flag no record
     clears (no record writes there): set once (``flag_at``), it makes every contribution
-    add, as the copies' backward added, whatever the order and overlap of the reads.  Only roots the backward
-    reaches (``reached``: per arena, the slots a backward from the seeds reaches, in
-    ``rec``'s own graph) are zeroed: a root no gradient reaches keeps its flag clear and its
-    backward does not run.  A copy that sends a gradient goes only if no other record sends
+    add, as the copies' backward added, whatever the order and overlap of the reads.  Only
+    roots the backward reaches (``reached``: per arena, the slots a backward from the seeds
+    reaches, in ``rec``'s own graph) are zeroed: a root no gradient reaches keeps its flag
+    clear and its backward does not run.  A copy that sends a gradient goes only if no other record sends
     one to the elements it reads (``_read_alone``): its readers' terms then reach each
     element in the order the copy's backward added them, so gradients stay bit for bit
     (a replay of a batch row, which keeps the copies, has the same bits).  A copy stays if
