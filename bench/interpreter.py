@@ -5,8 +5,8 @@ hand-written tape interpreter on the same flat arrays.  ``interpret`` is that
 interpreter, compiled by Numba (LLVM, like C at -O3): one ``for`` loop over the records
 forward and one backward, an ``if op == ...`` chain over the opcodes workload A's trace
 contains (``OPS``), nothing else.  It reads and writes the frozen trace's own arrays
-(``tape.rec``, ``tape.vals[0]``, ``tape.adj[0]``, ``tape.ints``, ``tape.floats[0]``),
-so it does exactly the work the replay does, minus what makes tapejit general: the
+(the records the replay runs, ``frozen.replay_rec``, and ``tape.vals[0]``, ``tape.adj[0]``,
+``tape.ints``, ``tape.floats[0]``), so it does exactly the work the replay does, minus what makes tapejit general: the
 per-slot flags that let the backward sweep skip unreached records and write (not add)
 the first contribution, the generated dispatch over every op of the groups, the
 ``freed`` checks, and Python's argument handling around the compiled call.
@@ -36,10 +36,10 @@ def opcodes():
     return tuple(int(registry.BY_NAME[name].opcode) for name in OPS)
 
 
-def op_names(tape):
-    """``{op name: record count}`` of a tape's records."""
+def op_names(rec):
+    """``{op name: record count}`` of records ``rec``."""
     from tapejit import registry
-    codes, counts = np.unique(tape.rec[:tape.nrec, 0] >> 1, return_counts=True)
+    codes, counts = np.unique(rec[:, 0] >> 1, return_counts=True)
     return {registry.OPS[int(c)].name: int(n) for c, n in zip(codes, counts)}
 
 
@@ -48,9 +48,8 @@ def check_trace(entry):
     interpreter can run: float64 records only, only ``OPS``, one load (so it is the
     argument: the interpreter fills it from ``x``), and the root is the last record's
     output.  Returns ``(load offset, input size, root offset)``."""
-    tape = entry.frozen.tape
-    rec = tape.rec[:tape.nrec]
-    names = op_names(tape)
+    rec = entry.frozen.replay_rec
+    names = op_names(rec)
     unknown = sorted(set(names) - set(OPS))
     if unknown:
         raise AssertionError(f"the trace holds ops the interpreter does not implement: {unknown} ({names})")
@@ -285,13 +284,14 @@ class Interpreter:
     def __init__(self, entry):
         self.x_at, self.size, self.root = check_trace(entry)
         self.tape = entry.frozen.tape
+        self.rec = entry.frozen.replay_rec
         self.ops = opcodes()
 
     def run(self, x):
         if x.shape != (self.size,) or x.dtype != np.float64:
             raise ValueError(f"interpreter: expected {self.size} float64 inputs, got {x.shape} {x.dtype}")
         t = self.tape
-        r = interpret(t.rec, t.nrec, t.vals[0], t.adj[0], t.ints, t.floats[0], x, self.root, self.ops)
+        r = interpret(self.rec, len(self.rec), t.vals[0], t.adj[0], t.ints, t.floats[0], x, self.root, self.ops)
         if r >= 0:
             raise RuntimeError(f"interpreter: record {r} has an op it does not implement")
         return float(t.vals[0][self.root]), t.adj[0][self.x_at:self.x_at + self.size].copy()

@@ -146,10 +146,10 @@ def check_interpreter(compiled, x, n_ops):
     values, adjoints = tape.vals[0].copy(), tape.adj[0].copy()
     interpreter = Interpreter(entry)
     got = interpreter.run(x)
-    what = f"interpreter vs replay, workload A at {n_ops:,} ops ({op_names(tape)})"
+    what = f"interpreter vs replay, workload A at {n_ops:,} ops ({op_names(entry.frozen.replay_rec)})"
     assert_same_result(got, want, what)
     np.testing.assert_allclose(tape.vals[0], values, rtol=1e-12, atol=0, err_msg=f"{what}: values")
-    outs = tape.rec[:tape.nrec, 1]
+    outs = entry.frozen.replay_rec[:, 1]
     np.testing.assert_allclose(tape.adj[0][outs], adjoints[outs], rtol=1e-12, atol=0,
                                err_msg=f"{what}: adjoints")
     assert np.count_nonzero(adjoints[outs]) > 1, f"{what}: only the root has an adjoint"

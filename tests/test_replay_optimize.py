@@ -78,7 +78,8 @@ def _scalar_graph(n_ops):
 
 def test_scalar_graph_has_about_one_record_per_op(monkeypatch):
     """Workload A (tapejit/demo.py): each sum is one add_n record, each softmax of four
-    stacked scalars one stack_softmax; values and gradients as recorded, bit for bit."""
+    stacked scalars one stack_softmax, the unbinds go; values and gradients as recorded, bit
+    for bit."""
     x = np.arange(100) / 100
     n_ops = 200
     compiled = _scalar_graph(n_ops)
@@ -92,6 +93,9 @@ def test_scalar_graph_has_about_one_record_per_op(monkeypatch):
     plain(x)
     want = plain(x)
     assert sum(names.values()) == sum(_names(plain).values()) - n_ops   # per 4 ops: 3 adds, a stack
+    # the single compiled replay reads the unbinds' elements in place: the load, one record per
+    # op, and x[0]'s unbind (a range at offset 0 stays)
+    assert compiled.stats()["records"] == [n_ops + 2]
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     assert np.count_nonzero(got[1]) == 17   # the inputs the output depends on at 200 ops
@@ -188,3 +192,128 @@ def test_noise_arguments_with_equal_values_stay_apart():
     want.backward()
     np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-15)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-15)
+
+
+# ---- copies read in place (optimize.alias_copies) --------------------------------------------
+
+def _step_replays(fn, inputs, aliasing, monkeypatch):
+    """``fn``'s training-style step (``backward`` of ``(fn(*xs) * u).sum()``, returning
+    ``fn``'s detached result) on tier 1, traced then replayed on fresh leaves, with copies
+    aliased or kept.  Returns the replay's value, the leaves' gradients, the records replayed,
+    the frozen trace and ``u``."""
+    monkeypatch.setattr(optimize, "aliasing", aliasing)
+    shape = tuple(fn(tj, *[tj.tensor(x) for x in inputs]).shape)
+    u = np.linspace(-1.0, 2.0, int(np.prod(shape))).reshape(shape).astype(inputs[0].dtype)
+
+    def step(*xs):
+        out = fn(tj, *xs)
+        (out * tj.tensor(u)).sum().backward()
+        return out.detach()
+
+    compiled = tj.compile(step, tier2=False)
+    for _ in range(2):
+        leaves = [tj.tensor(x, requires_grad=True) for x in inputs]
+        value = compiled(*leaves).numpy()
+    (entry,) = compiled.traces.values()
+    assert entry.frozen.last_tier == 1
+    return value, [x.grad.numpy() for x in leaves], compiled.stats()["records"][0], entry.frozen, u
+
+
+def _rows_and_scalars(tl, x):
+    # unbind (iteration) and select; a chain (a reshape of a slice); a slice whose elements
+    # another record reads whole (kept, and an aliased slice inside it); a select no gradient
+    # reaches; a result read twice
+    a, b, c = x[1:4].reshape(3)
+    head = x[0:3]
+    inner = head[1:3]
+    d = x.detach()[5]
+    return tl.stack([a * b + c, head.sum() * inner[0], (a + d) * inner[1], a.exp()])
+
+
+def _written_in_place(tl, x):
+    # y[0] read, then y changed in place (torch: the view y[0] changes with it), then read again
+    y = x * 1.5
+    first = y[0]
+    early = first * 2.0
+    y.add_(1.0)
+    late = first * 3.0
+    z = y[1]
+    z.mul_(2.0)          # an in-place change of a view: y changes too
+    return tl.stack([early, late, y[1], y.sum()])
+
+
+@pytest.mark.parametrize("fn", [_rows_and_scalars, _written_in_place], ids=["rows_and_scalars", "written_in_place"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_aliased_copies_keep_values_and_gradients(fn, dtype, monkeypatch):
+    """Copies read in place give the values and gradients of the replay that keeps them, bit
+    for bit, and torch's; fewer records replay."""
+    x = np.array([0.5, -1.25, 2.0, 0.75, -0.5, 1.5, 0.25], dtype)
+    value, grads, records, trace, u = _step_replays(fn, [x], True, monkeypatch)
+    kept_value, kept_grads, kept_records, _, _ = _step_replays(fn, [x], False, monkeypatch)
+    assert records < kept_records == trace.tape.nrec
+    assert value.dtype == dtype and grads[0].dtype == dtype
+    np.testing.assert_array_equal(value, kept_value)
+    np.testing.assert_array_equal(grads[0], kept_grads[0])
+    torch_value, torch_grads = _torch_result(fn, [x], u)
+    tol = 1e-13 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(value, torch_value, rtol=tol, atol=0)
+    np.testing.assert_allclose(grads[0], torch_grads[0], rtol=tol, atol=tol)
+
+
+def test_a_copy_that_is_a_result_keeps_its_record(monkeypatch):
+    """A copy returned by the function (its slot is read after the replay) is not aliased;
+    the others are.  Gradients are torch's."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(optimize, "aliasing", True)
+
+    def step(x):
+        _, first, second, third = x
+        loss = first * second + third.exp()
+        loss.backward()
+        return second, loss
+
+    compiled = tj.compile(step, tier2=False)
+    x = np.array([4.0, 0.5, -1.25, 2.0])
+    for _ in range(2):
+        leaf = tj.tensor(x, requires_grad=True)
+        second, loss = compiled(leaf)
+    (entry,) = compiled.traces.values()
+    assert compiled.stats()["records"][0] == entry.frozen.tape.nrec - 2   # first's and third's copies
+    xt = torch.tensor(x, requires_grad=True)
+    want = xt[1] * xt[2] + xt[3].exp()
+    want.backward()
+    assert second.item() == -1.25
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-15)
+    np.testing.assert_allclose(leaf.grad.numpy(), xt.grad.numpy(), rtol=1e-15)
+
+
+def _scalar_ops(tl, x):
+    # every op of codegen.FAST_OPS on one-element records (a * a: one slot read twice; a
+    # detached operand; x * c: a broadcast, run by the op's sweep), and a vector record
+    a, b, c = x
+    d = (a * b) / (a - b.detach()) + (c + 2.0) * 3.0
+    e = tl.nn.functional.softplus(d * a) + (b * c).exp() + a * a
+    return tl.stack([d, e, (x * c).sum()]) + x * 0.5
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_inline_replay_of_scalars_equals_the_sweeps(dtype, monkeypatch):
+    """A replay running one-element records of the common elementwise ops inline
+    (``replay_inline``, for long traces of scalars) gives the bits of the replay calling each
+    op's sweep, and torch's values and gradients."""
+    from tapejit.replay import frozen
+    x = np.array([0.75, -1.5, 0.25], dtype)
+    results = []
+    for inline_min in (0, 10 ** 9):
+        monkeypatch.setattr(frozen, "INLINE_MIN", inline_min)
+        value, grads, _, trace, u = _step_replays(_scalar_ops, [x], True, monkeypatch)
+        assert (trace.replay_sweep is trace.sweeps.replay_inline) == (inline_min == 0)
+        results.append((value, grads[0]))
+    (value, grad), (want_value, want_grad) = results
+    assert value.dtype == grad.dtype == dtype
+    np.testing.assert_array_equal(value, want_value)
+    np.testing.assert_array_equal(grad, want_grad)
+    torch_value, torch_grads = _torch_result(_scalar_ops, [x], u)
+    tol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(value, torch_value, rtol=tol, atol=0)
+    np.testing.assert_allclose(grad, torch_grads[0], rtol=tol, atol=0)

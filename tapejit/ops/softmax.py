@@ -88,11 +88,15 @@ def stack_softmax_forward(v, out, a, b, p, q, ints, floats):
         m = v[decode(ints[p + 2]) + i]
         for j in range(1, k):
             m = max(m, v[decode(ints[p + 2 + 2 * j]) + i])
+        # each exp once, kept in the result until the sum is known (softmax's own loop takes
+        # it twice: the same bits, as exp is a function of its argument alone)
         s = m * 0.0
         for j in range(k):
-            s += np.exp(v[decode(ints[p + 2 + 2 * j]) + i] - m)
+            e = np.exp(v[decode(ints[p + 2 + 2 * j]) + i] - m)
+            v[out + j * n + i] = e
+            s += e
         for j in range(k):
-            v[out + j * n + i] = np.exp(v[decode(ints[p + 2 + 2 * j]) + i] - m) / s
+            v[out + j * n + i] = v[out + j * n + i] / s
 
 
 @small_kernel

@@ -511,7 +511,7 @@ def _one_array_call(entry, traced, kind):
     vals, adj = frozen.tape.vals[d], frozen.tape.adj[d]
     grad_shape, grad_dtype = shapes[0]
     slot = slots.get(0)
-    replay, lock = frozen.sweeps.replay, frozen.lock
+    replay, lock = frozen.replay_sweep, frozen.lock
     args = frozen._fast_args if frozen._fast is not None else None
     value_only = kind == "value_and_grad"
 

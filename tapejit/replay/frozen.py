@@ -9,7 +9,10 @@ effect -- and constants made inside ``fn``, which stay as they are in the arena.
 
 ``Frozen.run`` is one replay: refresh the loads, then (the usual case: one float dtype,
 one backward from a scalar) a single compiled call runs the forward sweep, seeds the
-root and runs the backward sweep; Python then hands gradients to the leaves.  Buffers
+root and runs the backward sweep; Python then hands gradients to the leaves.  That call
+runs ``replay_rec``: the records with copies of contiguous ranges read in place
+(``optimize.alias_copies``); other replays (two dtypes, ``tj.compile(model)``'s node,
+batches, tier 2) run ``tape.rec``, which keeps them.  Buffers
 belong to the trace, so a replay allocates nothing but its results.
 """
 import threading
@@ -20,12 +23,14 @@ from tapejit import executor, registry
 from tapejit.engine import _cast_backward, _deliver_leaf, _grad_lock
 from tapejit.ops.core import CAST
 from tapejit.dependencies import dependencies, listed_operands
-from tapejit.replay.optimize import optimize
+from tapejit.replay.optimize import alias_copies, optimize
 from tapejit.replay.trace import refuse
 from tapejit.tape import sweeps
 from tapejit.tensor import Tensor, _concrete
 
 _LOAD = None
+#: single-element records of codegen.FAST_OPS from which a replay runs them inline
+INLINE_MIN = 1_000
 
 
 def _load_opcode():
@@ -145,10 +150,26 @@ class Frozen:
         self.last_tier = None
         self.sweeps = sweeps()
         d = self.arena
+        self.replay_rec = tape.rec[:tape.nrec]   # the records the single compiled call runs
+        self.replay_sweep = self.sweeps.replay   # ... and that call
         if self._fast is not None:
+            seed_at, seed_vals = self._fast
+            if self._listed is None:
+                self._listed = listed_operands(self.replay_rec, tape.ints)
+            aliases = alias_copies(tape, self.replay_rec, live, self._reached(seed_at), self._listed)
+            if aliases is not None:   # copies read in place (optimize.py): zero their sources first
+                self.replay_rec = aliases.rec
+                seed_at = np.concatenate([aliases.zero_at, seed_at])
+                seed_vals = np.concatenate([np.zeros(aliases.zero_at[:, 1].sum(), seed_vals.dtype), seed_vals])
+                tape.flags[d][aliases.flag_at] = 1
+            # A long trace of scalars runs its common elementwise records inline (codegen.FAST_OPS):
+            # worth the inline entry point's compile (a second or two, once per machine).
+            scalars = (self.replay_rec[:, 4] == 1) & self.sweeps.inline_ops[self.replay_rec[:, 0] >> 1]
+            if np.count_nonzero(scalars) >= INLINE_MIN:
+                self.replay_sweep = self.sweeps.replay_inline
             # The compiled call's arguments, fixed for the trace's life (buffers never grow).
-            self._fast_args = (tape.rec, tape.nrec, tape.vals[d], tape.adj[d], tape.flags[d], tape.freed,
-                               tape.ints, tape.floats[d], self._fast[0], self._fast[1], self.load_outs[d],
+            self._fast_args = (self.replay_rec, len(self.replay_rec), tape.vals[d], tape.adj[d], tape.flags[d],
+                               tape.freed, tape.ints, tape.floats[d], seed_at, seed_vals, self.load_outs[d],
                                self.sweeps.table(d))
 
     def deliveries(self, seeds, only=None):
@@ -168,16 +189,27 @@ class Frozen:
             found.append((d, off, src._numel, src._shape, arg, None if arg is not None else src))
         return found
 
+    def _reached(self, seed_at):
+        """Per arena, the slots a backward sweep from the slots ``seed_at`` (rows of offset,
+        count in this trace's arena) reaches."""
+        tape = self.tape
+        seeds = [(self.arena, int(off)) for off, _ in seed_at]
+        return dependencies(tape.rec[:tape.nrec], tape.ints, [len(v) for v in tape.vals], seeds,
+                            grads_only=True, listed=self._listed)[1]
+
     # ---- facts ----------------------------------------------------------------------------
 
     @property
     def records(self):
-        return self.tape.nrec
+        """Records a replay runs (the single compiled call's, when it runs one)."""
+        return len(self.replay_rec)
 
     @property
     def nbytes(self):
         t = self.tape
         arrays = [t.rec, t.ints, t.freed] + list(t.floats) + list(t.vals) + list(t.adj) + list(t.flags)
+        if self.replay_rec.base is not t.rec:
+            arrays.append(self.replay_rec)
         return sum(a.nbytes for a in arrays)
 
     def _fast_path(self):
@@ -234,7 +266,7 @@ class Frozen:
             self.last_tier = 2
         elif fast:    # forward, seed and backward in one compiled call
             self.refresh(inputs)
-            self.check(self.sweeps.replay(*self._fast_args))
+            self.check(self.replay_sweep(*self._fast_args))
             self.last_tier = 1
         else:
             self.refresh(inputs)

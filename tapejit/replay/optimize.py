@@ -11,7 +11,9 @@ each leaving values and gradients as they were:
   mean equal values.  Only the order in which the two readers' gradients are summed changes.
 * a chain of adds -- ``sum(tensors)`` records ``0 + t0`` and one add per further term -- becomes
   one ``add_n`` record, adding the terms in the chain's order;
-* ``softmax(stack(tensors), 0)`` becomes one ``stack_softmax`` record.
+* ``softmax(stack(tensors), 0)`` becomes one ``stack_softmax`` record;
+* for the single compiled replay (``alias_copies``), a copy of a contiguous range (``unbind``,
+  ``select``, a slice, a reshape) goes: its readers read the source's range in place.
 
 The fused records run the replaced records' arithmetic in the same order, so their values
 and gradients are bit for bit the replaced ones'.  They fuse only records that follow each
@@ -26,7 +28,7 @@ from tapejit.dependencies import dependencies, listed_operands
 from tapejit.ops.softmax import SOFTMAX, STACK_SOFTMAX
 from tapejit.ops.binary import ADD, ADD_N
 from tapejit.ops.core import CAST
-from tapejit.ops.movement import STACK
+from tapejit.ops.movement import CAT, RESHAPE, STACK
 from tapejit.ops.unary import ADD_SCALAR
 
 #: the ops only this module records: no front end makes them, so their samples run through
@@ -35,6 +37,8 @@ FUSED_OPS = (ADD_N, STACK_SOFTMAX)
 
 #: set False to replay traces as recorded (tests compare the two)
 enabled = True
+#: set False to keep the copy records in the single compiled replay (``alias_copies``)
+aliasing = True
 
 #: fused records hold fewer elements than a chunked run's records
 _SMALL = executor.MIN_ELEMENTS
@@ -98,8 +102,15 @@ def _field_table():
     return _FIELDS
 
 
+_COLUMNS = None
+
+
 def _fields_of(code):
-    return _FIELD_COLUMNS[tuple(_field_table()[code >> 1])]
+    """The fields (2: a, 3: b) of record code ``code`` that hold operand slots."""
+    global _COLUMNS
+    if _COLUMNS is None or len(_COLUMNS) != len(registry.OPS):
+        _COLUMNS = [_FIELD_COLUMNS[tuple(row)] for row in _field_table().tolist()]
+    return _COLUMNS[code >> 1]
 
 
 _FIELD_COLUMNS = {(False, False): (), (True, False): (2,), (False, True): (3,), (True, True): (2, 3)}
@@ -301,3 +312,171 @@ def _stack_softmax(code, out, a, p, sp, ints, new_ints, base):
         for j in range(k):
             new_ints += [~_decode(int(ints[sp + 2 + 2 * j])), n]
     return [STACK_SOFTMAX.opcode << 1 | (code & 1), out, -1, -1, at, 0]
+
+
+# ---- copies read in place (the single compiled replay) --------------------------------------
+
+class Aliases:
+    """The records of the single compiled replay (``Frozen``'s ``replay`` call) with copies
+    of contiguous ranges dropped (``alias_copies``), and what that call must add to its
+    seeds: ``zero_at`` rows ``(offset, count)`` of adjoint ranges to zero and flag before the
+    backward sweep; and ``flag_at``, offsets inside them whose flags stay set for good."""
+    __slots__ = ("rec", "zero_at", "flag_at")
+
+    def __init__(self, rec, zero_at, flag_at):
+        self.rec, self.zero_at, self.flag_at = rec, zero_at, flag_at
+
+
+def _listed_positions(op):
+    """``f(k) -> (block length, operand positions in the block)`` for an op whose listed
+    operands ``alias_copies`` rewrites (``k = ints[p]``, the number of operands); None for
+    the others (a copy they read stays)."""
+    if op is ADD_N:                                        # [k, n, operand * k]
+        return lambda k: (2 + k, range(2, 2 + k))
+    if op.forward is CAT.forward or op is STACK_SOFTMAX:   # [k, outer, (operand, inner) * k]
+        return lambda k: (2 + 2 * k, range(2, 2 + 2 * k, 2))
+    return None
+
+
+def alias_copies(tape, rec, live, reached, listed):
+    """``Aliases`` for ``rec`` (a frozen trace's records, run by one compiled call on one
+    arena dtype), or None when no copy goes.
+
+    A copy of a contiguous range (``copy_range``: ``unbind``, ``select``, a slice, a reshape)
+    writes ``v[out + i] = v[a + start + i]``, and a slot is written by one record only (an
+    in-place op records a new slot), so its readers may read ``a + start`` instead; a chain of
+    copies resolves to the first source (the *root*).  Their backward then adds straight into
+    the root's adjoint range: the replay zeroes that range and sets the root's flag before
+    the backward sweep (``zero_at``), so that the root's own backward runs on the whole
+    range, as after the copies' backward.  An offset read inside it has a flag no record
+    clears (no record writes there): set once (``flag_at``), it makes every contribution
+    add, as the copies' backward added, whatever the order and overlap of the reads.  Only
+    roots the backward reaches (``reached``: per arena, the slots a backward from the seeds
+    reaches, in ``rec``'s own graph) are zeroed: a root no gradient reaches keeps its flag
+    clear and its backward does not run.  A copy that sends a gradient goes only if no other record sends
+    one to the elements it reads (``_read_alone``): its readers' terms then reach each
+    element in the order the copy's backward added them, so gradients stay bit for bit
+    (a replay of a batch row, which keeps the copies, has the same bits).  A copy stays if
+    it is a result or seed (``live``), is read through a listed operand this pass does not
+    rewrite (linear's bias, ...), or its range starts at offset 0 (a field ~0 is -1, "no
+    operand").  ``listed``: ``listed_operands(rec, tape.ints)``."""
+    if not (enabled and aliasing) or len(rec) < 2:
+        return None
+    ops = registry.OPS
+    copy = [op.forward is RESHAPE.forward for op in ops]
+    codes = rec[:, 0] >> 1
+    if not np.array(copy)[codes].any() or (codes == CAST.opcode).any():   # (one arena: no casts)
+        return None
+    positions = [_listed_positions(op) if op.listed is not None else None for op in ops]
+    blocked = set(live)    # (arena, slot): copies that stay
+    listed_at, fields = listed
+    for r in np.flatnonzero(np.diff(listed_at)).tolist():
+        if positions[codes[r]] is None:
+            d = int(rec[r, 0] & 1)
+            blocked.update((d, _decode(int(f))) for f in fields[listed_at[r]:listed_at[r + 1]])
+    ints = tape.ints
+    rows = rec.tolist()
+    listed_at, fields = listed_at.tolist(), fields.tolist()
+    alone = _read_alone(rows, copy, listed_at, fields)
+    columns = [_fields_of(op.opcode << 1) for op in ops]
+    base = tape.nints + len(tape.pints)
+    new_ints = []
+    alias = {}    # (arena, out of a dropped copy) -> (root, offset it reads, takes a gradient)
+    roots = {}    # (arena, root) -> its size
+    starts = {}   # (arena, root) -> the offsets inside it that a gradient is sent to
+    kept = []     # the kept records' fields, flat (NumPy converts that faster than rows)
+    for r, row in enumerate(rows):
+        code, out, a, b, p, q = row
+        d = code & 1
+        op = code >> 1
+        if alias:
+            for col in columns[op]:
+                field = row[col]
+                hit = alias.get((d, field if field >= 0 else ~field))
+                if hit is not None:
+                    root, at, grad = hit
+                    if field >= 0 and grad:
+                        row[col] = at
+                        starts[d, root].add(at)
+                    else:
+                        row[col] = ~at
+            where = positions[op]
+            if where is not None and any((d, f if f >= 0 else ~f) in alias
+                                         for f in fields[listed_at[r]:listed_at[r + 1]]):
+                length, operands = where(int(ints[p]))
+                block = ints[p:p + length].tolist()
+                for k in operands:
+                    field = block[k]
+                    hit = alias.get((d, field if field >= 0 else ~field))
+                    if hit is not None:
+                        root, at, grad = hit
+                        if field >= 0 and grad:
+                            block[k] = at
+                            starts[d, root].add(at)
+                        else:
+                            block[k] = ~at
+                row[4] = base + len(new_ints)
+                new_ints += block
+        if copy[op] and p > 0 and (d, out) not in blocked and (a < 0 or r in alone):
+            source = a if a >= 0 else ~a   # the field as recorded: a dropped copy's out, or a root
+            hit = alias.get((d, source))
+            if hit is not None:
+                root, at, grad = hit[0], hit[1] + ~b, hit[2] and a >= 0
+            else:
+                root, at, grad = source, source + ~b, a >= 0
+            if at != 0:
+                if (d, root) not in roots:
+                    roots[d, root] = q if hit is None else 0
+                    starts[d, root] = set()
+                alias[d, out] = (root, at, grad)
+                continue
+        kept += row
+    if not alias:
+        return None
+    if new_ints:
+        tape.add_int_array(np.array(new_ints, np.int64))
+    zero_at, flag_at = [], []
+    for (d, root), inside in starts.items():
+        if not inside or not reached[d][root]:
+            continue
+        zero_at.append((root, roots[d, root]))
+        for at in sorted(inside - {root}):
+            flag_at.append(at)
+    return Aliases(np.array(kept, np.int64).reshape(-1, 6), np.array(zero_at, np.int64).reshape(-1, 2),
+                   np.array(flag_at, np.int64))
+
+
+def _read_alone(rows, copy, listed_at, fields):
+    """The copies (indices into ``rows``) whose source elements no other record sends a
+    gradient to: no other copy of an overlapping range, and no other reader of the source
+    (taken to read all of it)."""
+    whole = 1 << 62
+    reads = {}   # (arena, slot read by a copy with a gradient) -> [(first, end, record)]
+    for r, (code, out, a, b, p, q) in enumerate(rows):
+        if copy[code >> 1] and a >= 0 and p > 0:
+            reads.setdefault((code & 1, a), []).append((~b, ~b + p, r))
+    if not reads:
+        return set()
+    for r, row in enumerate(rows):
+        code = row[0]
+        if copy[code >> 1]:
+            continue
+        d = code & 1
+        for col in _fields_of(code):
+            found = reads.get((d, row[col]))   # (a field < 0 sends no gradient: never found)
+            if found is not None:
+                found.append((0, whole, r))
+        if listed_at[r] != listed_at[r + 1]:
+            for field in fields[listed_at[r]:listed_at[r + 1]]:
+                found = reads.get((d, field))
+                if found is not None:
+                    found.append((0, whole, r))
+    alone = set()
+    for found in reads.values():
+        found.sort()
+        reach = -1   # the furthest end of the ranges before
+        for i, (first, end, r) in enumerate(found):
+            if reach <= first and (i + 1 == len(found) or found[i + 1][0] >= end):
+                alone.add(r)
+            reach = max(reach, end)
+    return alone
