@@ -59,6 +59,7 @@ def _sweep_calls(dt):
         ("forward_chunks", (chunks, 0, 0, v, ints, floats, table)),
         ("backward_chunks", (chunks, 0, 0, v, g, flags, freeds, ints, floats, False, status, table)),
         ("replay", (rec, 0, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs, table)),
+        ("replay_inline", (rec, 0, v, g, flags, freed, ints, floats, seed_at, seed_vals, load_outs, table)),
         ("replay_batch", (rec, 0, v.copy(), ints, floats, seed_at, seed_vals, load_outs, at3, rows, at3,
                           rows.copy(), at3, rows.copy(), 1, table)),
     ]
