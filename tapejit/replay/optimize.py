@@ -338,6 +338,22 @@ def _listed_positions(op):
     return None
 
 
+def _redirect(field, d, alias, starts):
+    """Operand ``field`` of a record of arena ``d`` (an offset, or ``~offset`` for an operand
+    sent no gradient) read where the copy it names reads (``alias``: (arena, offset) -> (root,
+    offset in it, whether gradients go there)): the source's offset, its gradient start
+    recorded in ``starts``, or ``~offset`` when no gradient goes there; ``field`` itself
+    when it names no removed copy."""
+    hit = alias.get((d, field if field >= 0 else ~field))
+    if hit is None:
+        return field
+    root, at, grad = hit
+    if field >= 0 and grad:
+        starts[d, root].add(at)
+        return at
+    return ~at
+
+
 def alias_copies(tape, rec, live, reached, listed):
     """``Aliases`` for ``rec`` (a frozen trace's records, run by one compiled call on one
     arena dtype), or None when no copy goes.
@@ -391,30 +407,14 @@ def alias_copies(tape, rec, live, reached, listed):
         op = code >> 1
         if alias:
             for col in columns[op]:
-                field = row[col]
-                hit = alias.get((d, field if field >= 0 else ~field))
-                if hit is not None:
-                    root, at, grad = hit
-                    if field >= 0 and grad:
-                        row[col] = at
-                        starts[d, root].add(at)
-                    else:
-                        row[col] = ~at
+                row[col] = _redirect(row[col], d, alias, starts)
             where = positions[op]
             if where is not None and any((d, f if f >= 0 else ~f) in alias
                                          for f in fields[listed_at[r]:listed_at[r + 1]]):
                 length, operands = where(int(ints[p]))
                 block = ints[p:p + length].tolist()
                 for k in operands:
-                    field = block[k]
-                    hit = alias.get((d, field if field >= 0 else ~field))
-                    if hit is not None:
-                        root, at, grad = hit
-                        if field >= 0 and grad:
-                            block[k] = at
-                            starts[d, root].add(at)
-                        else:
-                            block[k] = ~at
+                    block[k] = _redirect(block[k], d, alias, starts)
                 row[4] = base + len(new_ints)
                 new_ints += block
         if copy[op] and p > 0 and (d, out) not in blocked and (a < 0 or r in alone):
