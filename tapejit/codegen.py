@@ -305,6 +305,19 @@ def _fast_forward():
     return "\n".join(lines)
 
 
+def operand_modes(ind, row):
+    """Generated lines, indented ``ind``, that read the operands ``a`` and ``b`` of record
+    ``row`` for a backward sweep with their modes ``ma``/``mb``: 0 for an operand that takes
+    no gradient (recorded as ``~offset``), 1 for the first gradient sent to it (stored), 2 for
+    a later one (added); each operand that takes one has its flag raised."""
+    lines = []
+    for name, column in (("a", 2), ("b", 3)):
+        lines += [f"{name} = rec[{row}, {column}]", f"m{name} = 0", f"if {name} >= 0:",
+                  f"    m{name} = 1 if flags[{name}] == 0 else 2", f"    flags[{name}] = 1",
+                  "else:", f"    {name} = ~{name}"]
+    return [ind + line for line in lines]
+
+
 def _fast_backward():
     """The backward entry point's inline records (see ``FAST_OPS``): what ``_backward_unit``
     runs for one such record, in the same order (the freed check, flags and modes, the rule)."""
@@ -312,21 +325,7 @@ def _fast_backward():
     lines = [_FAST_TEST,
              "            if freed[ri] == 2 or (freed[ri] == 1 and SAVES[op] == 1):",
              "                return r",
-             "            out = rec[ri, 1]",
-             "            a = rec[ri, 2]",
-             "            ma = 0",
-             "            if a >= 0:",
-             "                ma = 1 if flags[a] == 0 else 2",
-             "                flags[a] = 1",
-             "            else:",
-             "                a = ~a",
-             "            b = rec[ri, 3]",
-             "            mb = 0",
-             "            if b >= 0:",
-             "                mb = 1 if flags[b] == 0 else 2",
-             "                flags[b] = 1",
-             "            else:",
-             "                b = ~b",
+             "            out = rec[ri, 1]"] + operand_modes("            ", "ri") + [
              "            q = rec[ri, 5]"]
     for k, op in enumerate(_fast_ops()):
         pre = f"_fast_{op.name}_"
@@ -554,20 +553,7 @@ def _backward_unit(name, ops, case):
             "            return r",
             "        if freed[ri] == 2 or (freed[ri] == 1 and SAVES[op] == 1):",
             "            return -2 - r",
-            "        a = rec[ri, 2]",
-            "        ma = 0",
-            "        if a >= 0:",
-            "            ma = 1 if flags[a] == 0 else 2",
-            "            flags[a] = 1",
-            "        else:",
-            "            a = ~a",
-            "        b = rec[ri, 3]",
-            "        mb = 0",
-            "        if b >= 0:",
-            "            mb = 1 if flags[b] == 0 else 2",
-            "            flags[b] = 1",
-            "        else:",
-            "            b = ~b",
+            *operand_modes("        ", "ri"),
             "        p = rec[ri, 4]",
             "        q = rec[ri, 5]"] + case(ops[0], "        ") + [
             "        flags[at(out)] = 0",
