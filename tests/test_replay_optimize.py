@@ -19,11 +19,11 @@ def _names(compiled):
     return {registry.OPS[int(c)].name: int(n) for c, n in zip(codes, counts)}
 
 
-def _replayed(fn, inputs, monkeypatch, optimized=True):
-    """``tj.compile`` of a training-style step of ``fn`` (``backward`` of ``(fn(*xs) * u).sum()``):
-    traced on the first call and replayed on the second, each on fresh leaves.  Returns the
-    replay's value, the leaves' gradients and the trace's ``{op name: records}``."""
-    monkeypatch.setattr(optimize, "enabled", optimized)
+def _replay_step(fn, inputs, **options):
+    """``tj.compile(step, **options)`` of ``fn``'s training-style step (``backward`` of
+    ``(fn(*xs) * u).sum()``, returning ``fn``'s detached result): traced on the first call and
+    replayed on the second, each on fresh leaves.  Returns the compiled step, the replay's
+    value, the leaves' gradients and ``u``."""
     shape = tuple(fn(tj, *[tj.tensor(x) for x in inputs]).shape)
     u = np.linspace(-1.0, 2.0, int(np.prod(shape))).reshape(shape).astype(inputs[0].dtype)
 
@@ -32,12 +32,20 @@ def _replayed(fn, inputs, monkeypatch, optimized=True):
         (out * tj.tensor(u)).sum().backward()
         return out.detach()
 
-    compiled = tj.compile(step)
+    compiled = tj.compile(step, **options)
     for _ in range(2):   # trace, then replay
         leaves = [tj.tensor(x, requires_grad=True) for x in inputs]
         value = compiled(*leaves).numpy()
+    return compiled, value, [x.grad.numpy() for x in leaves], u
+
+
+def _replayed(fn, inputs, monkeypatch, optimized=True):
+    """``_replay_step`` with the frozen-tape optimiser on or off.  Returns the replay's value,
+    the leaves' gradients, the trace's ``{op name: records}`` and ``u``."""
+    monkeypatch.setattr(optimize, "enabled", optimized)
+    compiled, value, grads, u = _replay_step(fn, inputs)
     assert compiled.stats()["traces"] == 1
-    return value, [x.grad.numpy() for x in leaves], _names(compiled), u
+    return value, grads, _names(compiled), u
 
 
 def _torch_result(fn, inputs, u):
@@ -197,26 +205,13 @@ def test_noise_arguments_with_equal_values_stay_apart():
 # ---- copies read in place (optimize.alias_copies) --------------------------------------------
 
 def _step_replays(fn, inputs, aliasing, monkeypatch):
-    """``fn``'s training-style step (``backward`` of ``(fn(*xs) * u).sum()``, returning
-    ``fn``'s detached result) on tier 1, traced then replayed on fresh leaves, with copies
-    aliased or kept.  Returns the replay's value, the leaves' gradients, the records replayed,
-    the frozen trace and ``u``."""
+    """``_replay_step`` on tier 1 with copies aliased or kept.  Returns the replay's value, the
+    leaves' gradients, the records replayed, the frozen trace and ``u``."""
     monkeypatch.setattr(optimize, "aliasing", aliasing)
-    shape = tuple(fn(tj, *[tj.tensor(x) for x in inputs]).shape)
-    u = np.linspace(-1.0, 2.0, int(np.prod(shape))).reshape(shape).astype(inputs[0].dtype)
-
-    def step(*xs):
-        out = fn(tj, *xs)
-        (out * tj.tensor(u)).sum().backward()
-        return out.detach()
-
-    compiled = tj.compile(step, tier2=False)
-    for _ in range(2):
-        leaves = [tj.tensor(x, requires_grad=True) for x in inputs]
-        value = compiled(*leaves).numpy()
+    compiled, value, grads, u = _replay_step(fn, inputs, tier2=False)
     (entry,) = compiled.traces.values()
     assert entry.frozen.last_tier == 1
-    return value, [x.grad.numpy() for x in leaves], compiled.stats()["records"][0], entry.frozen, u
+    return value, grads, compiled.stats()["records"][0], entry.frozen, u
 
 
 def _rows_and_scalars(tl, x):
