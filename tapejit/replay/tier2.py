@@ -99,25 +99,40 @@ _clock = time.perf_counter    # tests inject their timings here
 _NO_TRIALS = {}
 
 
-class Tier2:
-    """Tier 2's state for one frozen trace (``stats()`` reports it)."""
-    __slots__ = ("state", "reason", "key", "plan", "frozen", "seconds", "cached", "trials", "decision",
-                 "__weakref__")
+class _Compile:
+    """The state of one generated function's compile (tier 2's of a trace, or its batch
+    rows'), as ``stats()`` reports it."""
+    __slots__ = ("state", "reason", "key", "seconds", "cached")
 
     def __init__(self, state, reason=None):
         self.state = state       # off | ineligible | compiling | ready | failed
         self.reason = reason
         self.key = None
+        self.seconds = None      # from the start of its compile (or cache load) to loaded
+        self.cached = None       # whether it was loaded from the disk cache, with no compile
+
+    def stats(self):
+        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
+                "from_cache": self.cached}
+
+    def failed(self, reason):
+        self.state = "failed"
+        self.reason = reason
+
+
+class Tier2(_Compile):
+    """Tier 2's state for one frozen trace (``stats()`` reports it)."""
+    __slots__ = ("plan", "frozen", "trials", "decision", "__weakref__")
+
+    def __init__(self, state, reason=None):
+        super().__init__(state, reason)
         self.plan = None
         self.frozen = None
-        self.seconds = None      # from the trace to tier 2 loaded
-        self.cached = None       # whether it was loaded from the disk cache, with no compile
         self.trials = None       # the compiled function's pending trials (``Trial``), or None: no trial
         self.decision = None     # "measuring", "kept (...)", "dropped: slower (...)", or why not measured
 
     def stats(self):
-        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
-                "from_cache": self.cached, "decision": self.decision}
+        return {**super().stats(), "decision": self.decision}
 
     def ready(self, module, seconds, cached):
         """The compiled functions are loaded: later replays of ``frozen`` run them (after a
@@ -139,8 +154,7 @@ class Tier2:
         self.state = "ready"
 
     def failed(self, reason):
-        self.state = "failed"
-        self.reason = reason
+        super().failed(reason)
         self.frozen = None
 
 
@@ -587,25 +601,17 @@ _rows_of = weakref.WeakKeyDictionary()   # Frozen -> Rows
 _rows_lock = threading.Lock()
 
 
-class Rows:
+class Rows(_Compile):
     """``compiled.batch``'s tier 2 for one frozen trace (``fused.generate_rows``): its state
     as ``Tier2``'s, and once ready the compiled ``rows`` function."""
-    __slots__ = ("state", "reason", "key", "seconds", "cached", "fn", "width", "base", "seed_values")
+    __slots__ = ("fn", "width", "base", "seed_values")
 
     def __init__(self, state, reason=None):
-        self.state = state       # off | ineligible | compiling | ready | failed
-        self.reason = reason
-        self.key = None
-        self.seconds = None
-        self.cached = None
+        super().__init__(state, reason)
         self.fn = None
         self.width = None
         self.base = None         # arena slot -> its number in a block (fused._RowsWriter.base)
         self.seed_values = None
-
-    def stats(self):
-        return {"state": self.state, "reason": self.reason, "compile_seconds": self.seconds,
-                "from_cache": self.cached}
 
     def ready(self, module, seconds, cached):
         self.seconds, self.cached = seconds, cached
@@ -615,10 +621,6 @@ class Rows:
         self.width = width
         self.fn = module.rows
         self.state = "ready"
-
-    def failed(self, reason):
-        self.state = "failed"
-        self.reason = reason
 
 
 def rows_stats(frozen):
